@@ -1,0 +1,34 @@
+"""The hsstore client: fetch verified hidden-state features over HTTP without loading the model."""
+
+from client.client import DEFAULT_URL, FeatureClient
+from client.errors import (
+    AmbiguousError,
+    AuthError,
+    BackendUnavailableError,
+    HsstoreError,
+    IntegrityError,
+    InvalidRequestError,
+    ModelUnavailableError,
+    NotFoundError,
+    ServerError,
+)
+from client.features import Features
+from schemas.featureset import FeatureSet
+from schemas.prompt_hash import prompt_hash
+
+__all__ = [
+    "DEFAULT_URL",
+    "AmbiguousError",
+    "AuthError",
+    "BackendUnavailableError",
+    "FeatureClient",
+    "FeatureSet",
+    "Features",
+    "HsstoreError",
+    "IntegrityError",
+    "InvalidRequestError",
+    "ModelUnavailableError",
+    "NotFoundError",
+    "ServerError",
+    "prompt_hash",
+]

@@ -1,0 +1,163 @@
+"""`FeatureClient`: the thin httpx client training jobs, eval scripts and operators use. It never loads a model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from schemas.api import EntriesPage, ExtractResponse, Info
+from schemas.featureset import FeatureSet, LayerId
+from schemas.manifest import Manifest
+from schemas.prompt_hash import prompt_hash as hash_prompt
+
+from client.errors import HsstoreError, error_for
+from client.features import Features, decode_verified
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class FeatureClient:
+    """`http` is the transport seam: pass any `httpx.Client` (an in-process ASGI client in tests), else one is made."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout: float = 600.0,
+        http: httpx.Client | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._owns_http = http is None
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        self._http.headers.update(headers)
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> FeatureClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- plumbing ------------------------------------------------------------------------------------------------
+    def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        response = self._http.request(method, url, **kwargs)
+        if response.status_code >= 400:
+            raise _error(response)
+        return response
+
+    # -- API -----------------------------------------------------------------------------------------------------
+    def info(self) -> Info:
+        return Info.model_validate_json(self._request("GET", "/v1/info").content)
+
+    def extract(
+        self,
+        samples: Sequence[Mapping[str, Any]],
+        featureset: FeatureSet | Sequence[LayerId] | None = None,
+        backend: str | None = None,
+        force: bool = False,
+    ) -> ExtractResponse:
+        body: dict[str, Any] = {"samples": [dict(s) for s in samples], "force": force}
+        if featureset is not None:
+            fs = featureset if isinstance(featureset, FeatureSet) else FeatureSet(layers=list(featureset))
+            body["featureset"] = fs.model_dump()
+        if backend is not None:
+            body["backend"] = backend
+        return ExtractResponse.model_validate_json(self._request("POST", "/v1/extract", json=body).content)
+
+    def get(
+        self,
+        prompt: Mapping[str, Any] | None = None,
+        *,
+        prompt_hash: str | None = None,
+        backend: str | None = None,
+        model_revision: str | None = None,
+        featureset: FeatureSet | str | None = None,
+        layers: Iterable[LayerId] | None = None,
+        tokens: tuple[int | None, int | None] | None = None,
+        content_hash: str | None = None,
+    ) -> Features:
+        """Fetch one entry's features, verified. Name the prompt (hashed here) or its prompt_hash."""
+        url, params = self._features_url(prompt, prompt_hash, backend, model_revision, featureset, content_hash)
+        if layers is not None:
+            params["layers"] = ",".join(str(layer) for layer in layers)
+        if tokens is not None:
+            params["tokens"] = f"{'' if tokens[0] is None else tokens[0]}:{'' if tokens[1] is None else tokens[1]}"
+        return decode_verified(self._request("GET", url, params=params).content)
+
+    def exists(
+        self,
+        prompt: Mapping[str, Any] | None = None,
+        *,
+        prompt_hash: str | None = None,
+        backend: str | None = None,
+        model_revision: str | None = None,
+        featureset: FeatureSet | str | None = None,
+        content_hash: str | None = None,
+    ) -> bool:
+        url, params = self._features_url(prompt, prompt_hash, backend, model_revision, featureset, content_hash)
+        response = self._http.head(url, params=params)
+        if response.status_code == 404:
+            return False
+        if response.status_code >= 400:
+            raise error_for(response.status_code, None, f"HEAD {url} answered {response.status_code}")
+        return True
+
+    def entries(
+        self,
+        *,
+        prompt_hash: str | None = None,
+        backend: str | None = None,
+        model_revision: str | None = None,
+        featureset: FeatureSet | str | None = None,
+        since: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Manifest]:
+        """Every matching version, page by page."""
+        params: dict[str, Any] = {"limit": page_size}
+        for name, value in (("prompt_hash", prompt_hash), ("backend", backend), ("model_revision", model_revision),
+                            ("featureset", _featureset_id(featureset)), ("since", since)):
+            if value is not None:
+                params[name] = value
+        while True:
+            page = EntriesPage.model_validate_json(self._request("GET", "/v1/entries", params=params).content)
+            yield from page.entries
+            if page.next_cursor is None:
+                return
+            params["cursor"] = page.next_cursor
+
+    def _features_url(
+        self,
+        prompt: Mapping[str, Any] | None,
+        prompt_hash: str | None,
+        backend: str | None,
+        model_revision: str | None,
+        featureset: FeatureSet | str | None,
+        content_hash: str | None,
+    ) -> tuple[str, dict[str, Any]]:
+        if (prompt is None) == (prompt_hash is None):
+            raise ValueError("name exactly one of prompt or prompt_hash")
+        key = prompt_hash if prompt_hash is not None else hash_prompt(prompt)  # type: ignore[arg-type]
+        params: dict[str, Any] = {}
+        for name, value in (("backend", backend), ("model_revision", model_revision),
+                            ("featureset", _featureset_id(featureset)), ("content_hash", content_hash)):
+            if value is not None:
+                params[name] = value
+        return f"/v1/features/{key}", params
+
+
+def _featureset_id(featureset: FeatureSet | str | None) -> str | None:
+    return featureset.id if isinstance(featureset, FeatureSet) else featureset
+
+
+def _error(response: httpx.Response) -> HsstoreError:
+    try:
+        detail = response.json()["error"]
+        return error_for(response.status_code, detail.get("code"), detail.get("message", ""))
+    except (ValueError, KeyError, TypeError):
+        return error_for(response.status_code, None, response.text[:500] or response.reason_phrase)

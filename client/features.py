@@ -1,0 +1,68 @@
+"""What `FeatureClient.get` returns: torch views over the received bytes, verified, with their manifest."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch
+
+from schemas import wire
+from schemas.content_hash import content_hash
+from schemas.featureset import LayerId
+from schemas.manifest import Manifest
+from schemas.tensors import RawTensor
+from schemas.torch_tensors import to_torch
+
+from client.errors import IntegrityError
+
+
+@dataclass(frozen=True)
+class Features:
+    manifest: Manifest
+    tensors: dict[str, RawTensor]
+    layers: list[LayerId]  # the layers served, in order along axis 1 of hidden_states
+    tokens: tuple[int, int]  # the token range served, half-open
+
+    @property
+    def hidden_states(self) -> torch.Tensor:
+        """[T, n_layers, H] bfloat16."""
+        return to_torch(self.tensors["hidden_states"])
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return to_torch(self.tensors["input_ids"])
+
+    @property
+    def target_ids(self) -> torch.Tensor | None:
+        return to_torch(self.tensors["target_ids"]) if "target_ids" in self.tensors else None
+
+    @property
+    def loss_mask(self) -> torch.Tensor | None:
+        return to_torch(self.tensors["loss_mask"]) if "loss_mask" in self.tensors else None
+
+    @property
+    def content_hash(self) -> str:
+        return self.manifest.content_hash
+
+    @property
+    def full(self) -> bool:
+        """True when every layer and token of the entry was served (the content hash then covers it)."""
+        return self.layers == list(self.manifest.featureset.layers) and self.tokens == (0, self.manifest.num_tokens)
+
+
+def decode_verified(body: bytes) -> Features:
+    """Parse a features body and check its hash: the entry's content hash for a full read, else the served hash
+    the service computed over the slice it read (whose chunks it checked against their crc32c)."""
+    try:
+        decoded = wire.decode(body)
+        manifest = Manifest.model_validate_json(decoded.metadata["manifest"])
+        served = json.loads(decoded.metadata["served"])
+    except (wire.WireFormatError, KeyError, ValueError) as exc:
+        raise IntegrityError(f"malformed features body: {exc}") from None
+    features = Features(manifest, decoded.tensors, list(served["layers"]), (served["tokens"][0], served["tokens"][1]))
+    actual = content_hash(decoded.tensors.values())
+    expected = manifest.content_hash if features.full else served["content_hash"]
+    if actual != expected:
+        raise IntegrityError(f"received tensors hash to {actual}, expected {expected}")
+    return features

@@ -1,0 +1,158 @@
+"""The `hsstore` command line: serve, build the tiny model, extract, fetch, list."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(help="hsstore: a hidden-state feature store", no_args_is_help=True, add_completion=False)
+console = Console()
+
+UrlOption = Annotated[str, typer.Option(envvar="HSSTORE_URL", help="service base URL")]
+TokenOption = Annotated[str | None, typer.Option(envvar="HSSTORE_TOKEN", help="bearer token")]
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+@app.command()
+def serve(
+    config: Annotated[Path | None, typer.Option(help="TOML settings file")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="model directory (overrides settings)")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="store directory (overrides settings)")] = None,
+    host: Annotated[str | None, typer.Option()] = None,
+    port: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """Run the service (loads the model once, serves the store)."""
+    import uvicorn
+
+    from service.main import create_app
+    from service.settings import CONFIG_ENV, Settings
+
+    if config is not None:
+        os.environ[CONFIG_ENV] = str(config)
+    overrides = {k: v for k, v in {"model_dir": model_dir, "data_dir": data_dir, "host": host, "port": port}.items()
+                 if v is not None}
+    settings = Settings(**overrides)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+
+
+@app.command()
+def devmodel(
+    out_dir: Path,
+    multimodal: Annotated[bool, typer.Option(help="write the Qwen3_5ForConditionalGeneration layout")] = False,
+) -> None:
+    """Write the tiny Qwen3.5 test model (random weights from a fixed seed, tokenizer trained here)."""
+    from schemas.model_revision import model_revision
+    from service.model.devmodel import build_devmodel
+
+    build_devmodel(out_dir, multimodal=multimodal)
+    console.print(f"{out_dir}  model_revision={model_revision(out_dir)}")
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    samples = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                samples.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise typer.BadParameter(f"{path}:{number}: {exc}") from None
+    return samples
+
+
+@app.command()
+def extract(
+    jsonl: Path,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[str | None, typer.Option(help="auto, fla, fla-noconv or torch")] = None,
+    layers: Annotated[str | None, typer.Option(help="comma-separated layer ids (default: the DFlash layers)")] = None,
+    batch: Annotated[int, typer.Option(min=1)] = 8,
+) -> None:
+    """Extract (or find stored) features for every sample of a JSONL file now."""
+    from client import FeatureClient
+    from schemas.featureset import parse_layer
+
+    samples = _read_jsonl(jsonl)
+    featureset = [parse_layer(t) for t in layers.split(",")] if layers else None
+    counts = {"extracted": 0, "existing": 0}
+    with FeatureClient(url, token) as client, Progress(
+        TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        task = progress.add_task("extract", total=len(samples))
+        for start in range(0, len(samples), batch):
+            response = client.extract(samples[start : start + batch], featureset=featureset, backend=backend)
+            counts["extracted"] += response.extracted
+            counts["existing"] += response.existing
+            progress.advance(task, len(response.results))
+    console.print(f"{counts['extracted']} extracted, {counts['existing']} already stored")
+
+
+@app.command()
+def get(
+    prompt_hash: str,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    model_revision: Annotated[str | None, typer.Option()] = None,
+    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    content_hash: Annotated[str | None, typer.Option()] = None,
+    out: Annotated[Path | None, typer.Option(help="write the verified tensors as a .safetensors file")] = None,
+) -> None:
+    """Fetch one entry, verify it, print its manifest summary."""
+    from client import FeatureClient
+    from schemas import wire
+
+    with FeatureClient(url, token) as client:
+        features = client.get(prompt_hash=prompt_hash, backend=backend, model_revision=model_revision,
+                              featureset=featureset, content_hash=content_hash)
+    m = features.manifest
+    console.print(f"prompt_hash     {m.prompt_hash}\ncontent_hash    {m.content_hash} (verified)\n"
+                  f"backend         {m.backend}\nmodel_revision  {m.model_revision}\n"
+                  f"featureset      {m.featureset_id} layers={list(m.featureset.layers)}\n"
+                  f"hidden_states   {list(features.hidden_states.shape)} {features.hidden_states.dtype}")
+    if out is not None:
+        out.write_bytes(wire.encode(features.tensors.values(), {"manifest": m.model_dump_json()}))
+
+
+@app.command()
+def entries(
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 50,
+) -> None:
+    """List stored entry versions."""
+    from client import FeatureClient
+
+    table = Table("prompt hash", "tokens", "backend", "featureset", "content hash", "created")
+    with FeatureClient(url, token) as client:
+        for number, m in enumerate(client.entries(backend=backend)):
+            if number >= limit:
+                break
+            table.add_row(m.prompt_hash[:16], str(m.num_tokens), m.backend, m.featureset_id, m.content_hash[:23],
+                          m.created_at)
+    console.print(table)
+
+
+@app.command("rebuild-catalog")
+def rebuild_catalog(data_dir: Path) -> None:
+    """Re-create catalog rows from the manifest documents stored beside the blobs."""
+    from service.catalog.sqlite import SqliteCatalog
+    from service.library import FeatureLibrary
+    from service.settings import Settings
+    from service.storage.zarr_local import LocalZarrStore
+
+    settings = Settings(data_dir=data_dir)
+    library = FeatureLibrary(LocalZarrStore(data_dir), SqliteCatalog(settings.catalog_path), None)
+    console.print(f"{library.rebuild_catalog()} versions re-added")
+
+
+if __name__ == "__main__":
+    app()

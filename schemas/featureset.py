@@ -1,0 +1,85 @@
+"""Featuresets: which layers (DFlash convention) and dtype an entry holds, and their short content id."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.prompt_hash import canonical_json
+
+EMBED = "embed"
+FINAL_NORM = "final_norm"
+LayerId = int | Literal["embed", "final_norm"]
+
+
+def layer_order(layer: LayerId) -> int:
+    """embed first, decoder layers by index, final_norm last."""
+    if layer == EMBED:
+        return -1
+    if layer == FINAL_NORM:
+        return 1 << 30
+    return int(layer)
+
+
+def build_target_layer_ids(num_layers: int, num_draft_layers: int = 5) -> list[int]:
+    """DFlash's default capture layers: evenly from 1 to num_layers-3 ([1,16,31,46,61] for 64 layers)."""
+    if num_draft_layers == 1:
+        return [num_layers // 2]
+    start, end = 1, num_layers - 3
+    span = end - start
+    return [round(start + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+def parse_layer(token: str) -> LayerId:
+    """A layer named in a query string: an integer or embed/final_norm."""
+    token = token.strip()
+    if token in (EMBED, FINAL_NORM):
+        return token  # type: ignore[return-value]
+    try:
+        return int(token)
+    except ValueError:
+        raise ValueError(f"layer {token!r} is neither an integer nor 'embed'/'final_norm'") from None
+
+
+class FeatureSet(BaseModel):
+    """The layer list and dtype; `target_ids` adds the target's argmax next tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    layers: Annotated[list[LayerId], Field(min_length=1, max_length=1024)]
+    dtype: Literal["bfloat16"] = "bfloat16"
+    target_ids: bool = False
+
+    @field_validator("layers")
+    @classmethod
+    def _ordered_unique(cls, layers: list[LayerId]) -> list[LayerId]:
+        for layer in layers:
+            if isinstance(layer, int) and layer < 0:
+                raise ValueError(f"layer {layer} is negative")
+        orders = [layer_order(layer) for layer in layers]
+        if orders != sorted(set(orders)):
+            raise ValueError("layers must be unique and in order: 'embed', then ascending indices, then 'final_norm'")
+        return layers
+
+    def canonical(self) -> dict[str, object]:
+        """The identity form: `target_ids` appears only when set, so plain layer sets hash as DESIGN.md says."""
+        form: dict[str, object] = {"layers": list(self.layers), "dtype": self.dtype}
+        if self.target_ids:
+            form["target_ids"] = True
+        return form
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha256(canonical_json(self.canonical())).hexdigest()[:16]
+
+    def check_against(self, num_layers: int) -> None:
+        """Raise ValueError if a layer index does not exist in a model of `num_layers` decoder layers."""
+        for layer in self.layers:
+            if isinstance(layer, int) and layer >= num_layers:
+                raise ValueError(f"layer {layer} is out of range: the model has {num_layers} layers (0..{num_layers - 1})")
+
+    @classmethod
+    def default_for(cls, num_layers: int) -> FeatureSet:
+        return cls(layers=build_target_layer_ids(num_layers, 5 if num_layers >= 8 else 1))

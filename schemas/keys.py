@@ -1,0 +1,52 @@
+"""Entry keys and the formats of their parts, validated in one place for client and service."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+FEATURESET_ID = re.compile(r"^[0-9a-f]{16}$")
+CONTENT_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+MODEL_REVISION = re.compile(r"^(?:[0-9a-f]{40}|sha256:[0-9a-f]{64})$")
+
+
+def is_prompt_hash(value: str) -> bool:
+    return bool(HEX64.match(value))
+
+
+def is_content_hash(value: str) -> bool:
+    return bool(CONTENT_HASH.match(value))
+
+
+def is_featureset_id(value: str) -> bool:
+    return bool(FEATURESET_ID.match(value))
+
+
+def is_model_revision(value: str) -> bool:
+    return bool(MODEL_REVISION.match(value))
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKey:
+    """(prompt_hash, model_revision, backend, featureset id): what one entry, with all its versions, is stored under."""
+
+    prompt_hash: str
+    model_revision: str
+    backend: str
+    featureset_id: str
+
+    def __post_init__(self) -> None:
+        if not is_prompt_hash(self.prompt_hash):
+            raise ValueError(f"prompt_hash must be 64 lowercase hex characters, got {self.prompt_hash!r}")
+        if not is_model_revision(self.model_revision):
+            raise ValueError(f"model_revision must be a 40-hex commit or 'sha256:'+64 hex, got {self.model_revision!r}")
+        if not is_featureset_id(self.featureset_id):
+            raise ValueError(f"featureset id must be 16 lowercase hex characters, got {self.featureset_id!r}")
+
+
+def version_name(key: EntryKey, content_hash: str) -> str:
+    """A stable file name for one version's manifest document."""
+    joined = "|".join((key.prompt_hash, key.model_revision, key.backend, key.featureset_id, content_hash))
+    return hashlib.sha256(joined.encode()).hexdigest()

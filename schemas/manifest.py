@@ -1,0 +1,58 @@
+"""Manifests: everything known about one stored entry version, served with its tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas.backend import Fingerprint
+from schemas.featureset import FeatureSet, LayerId
+from schemas.keys import EntryKey
+
+SCHEMA_VERSION = 1
+
+
+class TensorInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    dtype: str
+    shape: list[int]
+
+
+class LayerStats(BaseModel):
+    """Per-layer summary so garbage (all zeros, exploding values) is visible at a glance."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layer: LayerId
+    mean: float
+    std: float
+    absmax: float
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    prompt_hash: str
+    model_revision: str
+    backend: str
+    featureset: FeatureSet
+    featureset_id: str
+    content_hash: str
+    sample_id: str | None = None
+    sample: dict[str, Any]
+    num_tokens: int
+    prompt_tokens: int
+    completion_tokens: int
+    completion_source: str | None = None
+    tensors: dict[str, TensorInfo]
+    layer_stats: list[LayerStats]
+    fingerprint: Fingerprint
+    created_at: str
+    seq: int | None = None  # the catalog's order of insertion; set when read back from the catalog
+
+    @property
+    def key(self) -> EntryKey:
+        return EntryKey(self.prompt_hash, self.model_revision, self.backend, self.featureset_id)

@@ -1,0 +1,107 @@
+"""Samples as DESIGN.md defines them: one prompt form plus an optional completion, validated strictly.
+
+Validation never rewrites a sample: the prompt hash is taken over the JSON exactly as the caller sent it (minus `id`),
+so client and service agree without the service's parsing getting in the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schemas.prompt_hash import prompt_hash, sample_identity
+
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+NonEmptyText = Annotated[str, Field(min_length=1)]
+
+
+class InvalidSampleError(ValueError):
+    """A sample that does not follow DESIGN.md's sample format; `index` is its place in a request."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        self.index = index
+        super().__init__(message if index is None else f"samples[{index}]: {message}")
+
+
+class Message(BaseModel):
+    # Chat messages may carry more than role and content (tool calls, reasoning): the template decides.
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    role: NonEmptyText
+    content: str | list[Any] | None = None
+
+
+class Greedy(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_new_tokens: Annotated[int, Field(ge=1, le=65536)]
+
+
+class Completion(BaseModel):
+    """Exactly one of: literal text, token ids, or greedy generation by the target."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: NonEmptyText | None = None
+    token_ids: TokenIds | None = None
+    greedy: Greedy | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Completion:
+        given = [k for k in ("text", "token_ids", "greedy") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a completion has exactly one of text, token_ids, greedy (got {given or 'none'})")
+        return self
+
+
+class Sample(BaseModel):
+    """A prompt as chat messages, plain text or token ids, plus an optional completion and an `id` label."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str | None = None
+    messages: Annotated[list[Message], Field(min_length=1)] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    text: NonEmptyText | None = None
+    token_ids: TokenIds | None = None
+    completion: Completion | None = None
+
+    @model_validator(mode="after")
+    def _one_prompt_form(self) -> Sample:
+        given = [k for k in ("messages", "text", "token_ids") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a sample has exactly one of messages, text, token_ids (got {given or 'none'})")
+        if self.chat_template_kwargs is not None and self.messages is None:
+            raise ValueError("chat_template_kwargs only applies to messages")
+        return self
+
+
+class ParsedSample:
+    """A validated sample with its identity (the raw JSON minus `id`) and prompt hash."""
+
+    __slots__ = ("identity", "prompt_hash", "sample")
+
+    def __init__(self, sample: Sample, identity: dict[str, Any]) -> None:
+        self.sample = sample
+        self.identity = identity
+        self.prompt_hash = prompt_hash(identity)
+
+    @property
+    def label(self) -> str | None:
+        return self.sample.id
+
+
+def parse_sample(raw: Any, index: int | None = None) -> ParsedSample:
+    """Validate one sample; raise InvalidSampleError with a readable reason."""
+    if not isinstance(raw, Mapping):
+        raise InvalidSampleError(f"a sample is a JSON object, got {type(raw).__name__}", index)
+    try:
+        sample = Sample.model_validate(dict(raw))
+    except ValidationError as exc:
+        reasons = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or 'sample'}: {err['msg']}" for err in exc.errors(include_url=False)
+        )
+        raise InvalidSampleError(reasons, index) from None
+    return ParsedSample(sample, sample_identity(raw))

@@ -1,0 +1,38 @@
+"""torch <-> RawTensor without copies where torch allows it (schemas' only torch import, for (de)serialisation)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from schemas.tensors import RawTensor
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+}
+_NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
+
+
+def from_torch(name: str, tensor: torch.Tensor) -> RawTensor:
+    """A CPU tensor's bytes as a RawTensor (bf16 read as its 2-byte patterns)."""
+    if tensor.dtype not in _NAMES:
+        raise ValueError(f"{name}: unsupported dtype {tensor.dtype}")
+    tensor = tensor.detach().to("cpu").contiguous()
+    flat = tensor.view(torch.int16) if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
+    return RawTensor(name, _NAMES[tensor.dtype], tuple(tensor.shape), memoryview(flat.numpy()).cast("B"))
+
+
+def to_torch(raw: RawTensor) -> torch.Tensor:
+    """A torch view over the RawTensor's buffer (read-only buffers are shared, not copied; do not write to them)."""
+    dtype = TORCH_DTYPES[raw.dtype]
+    if raw.nbytes == 0:
+        return torch.empty(raw.shape, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        return torch.frombuffer(raw.data, dtype=dtype).reshape(raw.shape)

@@ -1,0 +1,82 @@
+"""The wire format: a safetensors body whose header metadata carries the manifest and what part of it was served.
+
+Encoding writes the header then the tensors' own buffers (no re-serialisation); decoding returns zero-copy views.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from schemas.tensors import DTYPES, SAFETENSORS_TO_DTYPE, RawTensor
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+_ALIGN = 8
+
+
+class WireFormatError(ValueError):
+    """The bytes are not a well-formed safetensors body."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    tensors: dict[str, RawTensor]
+    metadata: dict[str, str]
+
+
+def encode_header(tensors: Iterable[RawTensor], metadata: Mapping[str, str]) -> bytes:
+    """The 8-byte length plus JSON header for `tensors` laid out in name order."""
+    header: dict[str, object] = {"__metadata__": dict(metadata)}
+    offset = 0
+    for tensor in sorted(tensors, key=lambda t: t.name):
+        end = offset + tensor.nbytes
+        header[tensor.name] = {"dtype": DTYPES[tensor.dtype][2], "shape": list(tensor.shape), "data_offsets": [offset, end]}
+        offset = end
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % _ALIGN)  # keep tensor data 8-byte aligned for zero-copy views
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def encode_parts(tensors: Iterable[RawTensor], metadata: Mapping[str, str]) -> list[memoryview | bytes]:
+    """Header then each tensor's buffer, ready to be written or streamed without joining."""
+    ordered = sorted(tensors, key=lambda t: t.name)
+    return [encode_header(ordered, metadata), *(t.data for t in ordered)]
+
+
+def encode(tensors: Iterable[RawTensor], metadata: Mapping[str, str]) -> bytes:
+    return b"".join(encode_parts(tensors, metadata))
+
+
+def decode(body: bytes | bytearray | memoryview) -> Decoded:
+    """Parse a safetensors body; tensor data are views into `body`."""
+    view = memoryview(body).cast("B")
+    if view.nbytes < 8:
+        raise WireFormatError("body shorter than the safetensors length prefix")
+    (header_len,) = struct.unpack("<Q", view[:8])
+    if header_len > MAX_HEADER_BYTES or 8 + header_len > view.nbytes:
+        raise WireFormatError(f"header length {header_len} does not fit a {view.nbytes}-byte body")
+    try:
+        header = json.loads(bytes(view[8 : 8 + header_len]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireFormatError(f"header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise WireFormatError("header is not a JSON object")
+    metadata = header.pop("__metadata__", {}) or {}
+    data = view[8 + header_len :]
+    tensors: dict[str, RawTensor] = {}
+    for name, info in header.items():
+        try:
+            start, end = info["data_offsets"]
+            dtype = SAFETENSORS_TO_DTYPE[info["dtype"]]
+            shape = tuple(int(d) for d in info["shape"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WireFormatError(f"tensor {name!r} has a malformed header entry: {exc!r}") from None
+        if not 0 <= start <= end <= data.nbytes:
+            raise WireFormatError(f"tensor {name!r} offsets {start}:{end} fall outside the body")
+        try:
+            tensors[name] = RawTensor(name, dtype, shape, data[start:end])
+        except ValueError as exc:
+            raise WireFormatError(str(exc)) from None
+    return Decoded(tensors=tensors, metadata={str(k): str(v) for k, v in metadata.items()})

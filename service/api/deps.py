@@ -1,0 +1,48 @@
+"""Dependency providers and their `Annotated` aliases: a route's signature says what it needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from service.errors import Forbidden, Unauthorized
+from service.library import FeatureLibrary
+from service.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_library(request: Request) -> FeatureLibrary:
+    return request.app.state.library
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+LibraryDep = Annotated[FeatureLibrary, Depends(get_library)]
+
+
+def Scope(scope: str) -> Callable[[Request, Settings], None]:  # noqa: N802 - reads as a type in signatures
+    """Require a bearer token with `scope` (admin implies every scope) when the service has tokens configured."""
+
+    def check(request: Request, settings: SettingsDep) -> None:
+        if not settings.tokens:
+            return
+        header = request.headers.get("authorization", "")
+        kind, _, token = header.partition(" ")
+        if kind.lower() != "bearer" or not token:
+            raise Unauthorized("a bearer token is required")
+        scopes = settings.tokens.get(token.strip())
+        if scopes is None:
+            raise Unauthorized("unknown bearer token")
+        if scope not in scopes and "admin" not in scopes:
+            raise Forbidden(f"this token lacks the {scope!r} scope")
+
+    return check
+
+
+ReadScope = Depends(Scope("read"))
+WriteScope = Depends(Scope("write"))
+AdminScope = Depends(Scope("admin"))

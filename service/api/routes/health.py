@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.deps import LibraryDep
+from service.errors import NotReady
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(library: LibraryDep) -> dict[str, str]:
+    try:
+        library.store.ping()
+        library.catalog.ping()
+    except Exception as exc:
+        raise NotReady(f"store or catalog unreachable: {exc}") from None
+    return {"status": "ready"}

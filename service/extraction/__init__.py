@@ -1,0 +1,1 @@
+"""From a sample to tensors: tokenisation, the lean hooked forward, summary statistics."""

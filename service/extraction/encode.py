@@ -1,0 +1,71 @@
+"""Turning a sample into the token ids the model sees: chat template for messages, tokenizer for text, ids as given."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.samples import ParsedSample
+from service.errors import InvalidSample, TooLarge
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedPrompt:
+    prompt_ids: list[int]
+    completion_ids: list[int] | None  # None when a greedy completion is still to be generated
+    completion_source: str | None
+    greedy_max_new_tokens: int | None = None
+
+
+def _check_ids(ids: list[int], vocab_size: int, what: str, index: int | None) -> None:
+    bad = next((i for i in ids if i >= vocab_size), None)
+    if bad is not None:
+        raise InvalidSample(f"{what} holds token id {bad}, outside the model's vocabulary of {vocab_size}", index)
+
+
+def _render_messages(parsed: ParsedSample, tokenizer: Any, index: int | None) -> list[int]:
+    sample = parsed.sample
+    kwargs: dict[str, Any] = dict(sample.chat_template_kwargs or {})
+    # With a completion the prompt ends where the assistant's answer starts; a conversation that already ends with
+    # the assistant is taken as it is.
+    last_role = parsed.identity["messages"][-1].get("role")
+    kwargs.setdefault("add_generation_prompt", sample.completion is not None or last_role != "assistant")
+    try:
+        text = tokenizer.apply_chat_template(parsed.identity["messages"], tokenize=False, **kwargs)
+    except Exception as exc:  # jinja raises many kinds; any of them means this sample does not fit the template
+        raise InvalidSample(f"the chat template rejected these messages: {exc}", index) from None
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode(
+    parsed: ParsedSample, tokenizer: Any, vocab_size: int, max_tokens: int, index: int | None = None
+) -> EncodedPrompt:
+    sample = parsed.sample
+    if sample.token_ids is not None:
+        prompt = list(sample.token_ids)
+        _check_ids(prompt, vocab_size, "token_ids", index)
+    elif sample.text is not None:
+        prompt = list(tokenizer(sample.text)["input_ids"])
+    else:
+        prompt = _render_messages(parsed, tokenizer, index)
+    if not prompt:
+        raise InvalidSample("the prompt encodes to no tokens", index)
+
+    completion: list[int] | None = None
+    source: str | None = None
+    greedy: int | None = None
+    if (c := sample.completion) is not None:
+        if c.text is not None:
+            completion, source = list(tokenizer(c.text, add_special_tokens=False)["input_ids"]), "text"
+        elif c.token_ids is not None:
+            completion, source = list(c.token_ids), "token_ids"
+            _check_ids(completion, vocab_size, "completion.token_ids", index)
+        elif c.greedy is not None:
+            greedy, source = c.greedy.max_new_tokens, "greedy:target"
+    total = len(prompt) + (len(completion) if completion is not None else greedy or 0)
+    if total > max_tokens:
+        raise TooLarge(
+            f"{'samples[' + str(index) + ']: ' if index is not None else ''}{total} tokens exceed the limit of "
+            f"{max_tokens} tokens per sample"
+        )
+    return EncodedPrompt(prompt, completion, source, greedy)

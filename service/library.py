@@ -1,0 +1,207 @@
+"""The core: extract what is missing, record versions, resolve keys and read features. Routes call only this."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from schemas.api import EntriesPage, ExtractRequest, ExtractResponse, ExtractResult
+from schemas.content_hash import content_hash
+from schemas.featureset import FeatureSet, LayerId
+from schemas.keys import EntryKey, version_name
+from schemas.manifest import Manifest, TensorInfo
+from schemas.samples import InvalidSampleError, ParsedSample, parse_sample
+from schemas.tensors import RawTensor
+from schemas.tokens import TokenRange
+from service.catalog.protocol import Catalog, EntryFilter
+from service.errors import AmbiguousEntry, CorruptEntry, EntryNotFound, InvalidRequest, InvalidSample, ModelUnavailable
+from service.extraction.encode import EncodedPrompt
+from service.extraction.extractor import Extractor
+from service.storage.protocol import BlobStore, Selection
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """Tensors as served, with what part of the entry they are."""
+
+    manifest: Manifest
+    tensors: dict[str, RawTensor]
+    layers: list[LayerId]
+    tokens: tuple[int, int]
+    served_hash: str
+
+    @property
+    def full(self) -> bool:
+        return self.served_hash == self.manifest.content_hash
+
+    def metadata(self) -> dict[str, str]:
+        served = {"layers": self.layers, "tokens": list(self.tokens), "content_hash": self.served_hash, "full": self.full}
+        return {"manifest": self.manifest.model_dump_json(), "served": json.dumps(served, separators=(",", ":"))}
+
+
+class FeatureLibrary:
+    def __init__(self, store: BlobStore, catalog: Catalog, extractor: Extractor | None, default_backend: str = "auto"):
+        self.store = store
+        self.catalog = catalog
+        self.extractor = extractor
+        self.default_backend = default_backend
+
+    # -- extraction ----------------------------------------------------------------------------------------------
+    def require_extractor(self) -> Extractor:
+        if self.extractor is None:
+            raise ModelUnavailable("this replica has no model configured: it serves stored features only")
+        return self.extractor
+
+    def default_featureset(self) -> FeatureSet | None:
+        return FeatureSet.default_for(self.extractor.num_layers) if self.extractor else None
+
+    def extract(self, request: ExtractRequest) -> ExtractResponse:
+        extractor = self.require_extractor()
+        featureset = request.featureset or FeatureSet.default_for(extractor.num_layers)
+        try:
+            featureset.check_against(extractor.num_layers)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        backend = extractor.resolve_backend(request.backend if request.backend != "auto" else self.default_backend)
+
+        # Validate and tokenise every sample before extracting any, so a bad one changes nothing.
+        prepared: list[tuple[ParsedSample, EncodedPrompt]] = []
+        for index, raw in enumerate(request.samples):
+            try:
+                parsed = parse_sample(raw, index)
+            except InvalidSampleError as exc:
+                raise InvalidSample(str(exc)) from None
+            prepared.append((parsed, extractor.encode(parsed, index)))
+
+        results: list[ExtractResult] = []
+        for index, (parsed, encoded) in enumerate(prepared):
+            key = EntryKey(parsed.prompt_hash, extractor.revision, backend.value, featureset.id)
+            existing = self.catalog.versions(key)
+            if existing and not request.force:
+                results.append(ExtractResult(prompt_hash=key.prompt_hash, sample_id=parsed.label, status="existing",
+                                             manifest=existing[0]))
+                continue
+            label = f"samples[{index}]" + (f" ({parsed.label})" if parsed.label else "")
+            extraction = extractor.extract(encoded, featureset, backend, label)
+            manifest = Manifest(
+                prompt_hash=key.prompt_hash,
+                model_revision=key.model_revision,
+                backend=key.backend,
+                featureset=featureset,
+                featureset_id=key.featureset_id,
+                content_hash=content_hash(extraction.tensors),
+                sample_id=parsed.label,
+                sample=parsed.identity,
+                num_tokens=extraction.prompt_tokens + extraction.completion_tokens,
+                prompt_tokens=extraction.prompt_tokens,
+                completion_tokens=extraction.completion_tokens,
+                completion_source=extraction.completion_source,
+                tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in extraction.tensors},
+                layer_stats=extraction.layer_stats,
+                fingerprint=extraction.fingerprint,
+                created_at=now(),
+            )
+            stored, added = self.record(manifest, extraction.tensors)
+            status = "existing" if not added else ("version_added" if existing else "extracted")
+            results.append(ExtractResult(prompt_hash=key.prompt_hash, sample_id=parsed.label, status=status,
+                                         manifest=stored))
+        extracted = sum(r.status != "existing" for r in results)
+        return ExtractResponse(results=results, extracted=extracted, existing=len(results) - extracted)
+
+    def record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
+        """Blob first, then its manifest document, then the catalog row: a crash at any point leaves no visible
+        partial entry, and redoing the write completes it."""
+        if content_hash(tensors) != manifest.content_hash:
+            raise CorruptEntry(f"tensors do not hash to {manifest.content_hash}")
+        self.store.put_if_absent(manifest.content_hash, tensors)
+        document = manifest.model_copy(update={"seq": None}).model_dump_json().encode()
+        self.store.put_manifest(version_name(manifest.key, manifest.content_hash), document)
+        return self.catalog.add(manifest)
+
+    def rebuild_catalog(self) -> int:
+        """Re-add every version whose manifest document and blob exist (after losing the catalog)."""
+        added = 0
+        for document in self.store.iter_manifests():
+            manifest = Manifest.model_validate_json(document)
+            if self.store.exists(manifest.content_hash):
+                added += self.catalog.add(manifest)[1]
+        return added
+
+    # -- reading -------------------------------------------------------------------------------------------------
+    def resolve(
+        self,
+        prompt_hash: str,
+        model_revision: str | None = None,
+        backend: str | None = None,
+        featureset_id: str | None = None,
+        content_hash_pin: str | None = None,
+    ) -> Manifest:
+        """The newest version of the one entry matching; a key part left out must be unambiguous."""
+        where = EntryFilter(prompt_hash, model_revision, backend, featureset_id, content_hash_pin)
+        found = self.catalog.find(where, limit=10_000)
+        if not found:
+            stored = self.catalog.find(EntryFilter(prompt_hash=prompt_hash), limit=10_000)
+            if not stored:
+                raise EntryNotFound(f"no entry for prompt_hash {prompt_hash}")
+            raise EntryNotFound(f"no entry for prompt_hash {prompt_hash} with {_describe(where)}; stored: "
+                                f"{_describe_keys(stored)}")
+        keys = {m.key for m in found}
+        if len(keys) > 1:
+            raise AmbiguousEntry(f"prompt_hash {prompt_hash} has {len(keys)} entries ({_describe_keys(found)}); "
+                                 "name model_revision, backend and/or featureset")
+        return max(found, key=lambda m: m.seq or 0)
+
+    def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
+        stored_layers = list(manifest.featureset.layers)
+        positions: tuple[int, ...] | None = None
+        if layers is not None:
+            missing = [layer for layer in layers if layer not in stored_layers]
+            if missing:
+                raise InvalidRequest(f"layers {missing} are not in this entry (it holds layers {stored_layers})")
+            positions = tuple(stored_layers.index(layer) for layer in layers)
+            if positions == tuple(range(len(stored_layers))):
+                positions = None
+        span = (0, manifest.num_tokens)
+        if tokens is not None:
+            try:
+                span = tokens.resolve(manifest.num_tokens)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
+        selection = Selection(positions, None if span == (0, manifest.num_tokens) else span)
+        try:
+            tensors = self.store.get_slice(manifest.content_hash, selection)
+        except KeyError:
+            raise CorruptEntry(f"the catalog lists {manifest.content_hash} but its blob is missing") from None
+        except ValueError as exc:  # zarr's crc32c check of a chunk
+            raise CorruptEntry(f"{manifest.content_hash}: {exc}") from None
+        served_hash = content_hash(tensors.values())
+        if selection.is_everything and served_hash != manifest.content_hash:
+            raise CorruptEntry(f"stored bytes hash to {served_hash}, not {manifest.content_hash}")
+        served_layers = stored_layers if positions is None else [stored_layers[p] for p in positions]
+        return Served(manifest, tensors, served_layers, span, served_hash)
+
+    def entries(self, where: EntryFilter, limit: int, cursor: str | None) -> EntriesPage:
+        try:
+            after = int(cursor) if cursor else 0
+        except ValueError:
+            raise InvalidRequest(f"cursor {cursor!r} is not one this service handed out") from None
+        found = self.catalog.find(where, limit=limit + 1, after_seq=after)
+        page = found[:limit]
+        next_cursor = str(page[-1].seq) if len(found) > limit and page else None
+        return EntriesPage(entries=page, next_cursor=next_cursor)
+
+
+def _describe(where: EntryFilter) -> str:
+    parts = [f"{k}={v}" for k, v in (("model_revision", where.model_revision), ("backend", where.backend),
+                                     ("featureset", where.featureset_id), ("content_hash", where.content_hash)) if v]
+    return ", ".join(parts) or "no filter"
+
+
+def _describe_keys(manifests: list[Manifest]) -> str:
+    keys = sorted({(m.backend, m.model_revision[:19], m.featureset_id) for m in manifests})
+    return "; ".join(f"backend={b} model_revision={r}… featureset={f}" for b, r, f in keys)

@@ -1,0 +1,1 @@
+"""The target model: loading, kernel backends, the tiny test model."""

@@ -1,0 +1,57 @@
+"""The one settings object: environment variables `HSSTORE_*`, then an optional TOML file (`HSSTORE_CONFIG`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+CONFIG_ENV = "HSSTORE_CONFIG"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HSSTORE_", extra="forbid")
+
+    data_dir: Path = Field(default=Path("hsstore-data"), description="blobs/, manifests/ and catalog.sqlite live here")
+    model_dir: Path | None = Field(default=None, description="HF model directory; none = a read-only replica")
+    device: str = Field(default="auto", description="'auto' (cuda if present), 'cpu', 'cuda', 'cuda:1', ...")
+    attn_implementation: str = "sdpa"
+    default_backend: str = Field(default="auto", description="backend used when a request names none")
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # bearer token -> scopes (read, write, admin); empty means no auth (a single-user or loopback deployment)
+    tokens: dict[str, list[Literal["read", "write", "admin"]]] = Field(default_factory=dict)
+
+    max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_sample_tokens: int = Field(default=32768, ge=1)
+    chunk_tokens: int = Field(default=256, ge=1, description="inner zarr chunk length along tokens")
+    target_ids_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk when computing target_ids")
+
+    # Fault injection for the crash-consistency tests: sleep this long after the first array of a blob is written.
+    write_pause_s: float = Field(default=0.0, ge=0.0)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config := os.environ.get(CONFIG_ENV):
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config)))
+        return tuple(sources)
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.data_dir / "blobs"
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.data_dir / "catalog.sqlite"

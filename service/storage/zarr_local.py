@@ -1,0 +1,205 @@
+"""Blobs as Zarr v3 groups in a local directory: `blobs/ab/<hex>/`, one shard per array, shuffle+zstd, crc32c chunks.
+
+A blob is written under `tmp/` and renamed into place once every byte (and its directory) is on disk, so a crash
+mid-write leaves nothing visible; leftovers in `tmp/` are swept when the store opens.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from math import ceil
+from pathlib import Path
+
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec, Crc32cCodec
+
+from schemas.keys import is_content_hash
+from schemas.tensors import DTYPES, RawTensor
+from service.storage.protocol import Selection
+
+HIDDEN_STATES = "hidden_states"
+_ZSTD_LEVEL = 3
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalZarrStore:
+    def __init__(self, root: Path, chunk_tokens: int = 256, write_pause_s: float = 0.0) -> None:
+        self.root = Path(root)
+        self.chunk_tokens = chunk_tokens
+        self.write_pause_s = write_pause_s
+        self._blobs = self.root / "blobs"
+        self._manifests = self.root / "manifests"
+        self._tmp = self.root / "tmp"
+        for folder in (self._blobs, self._manifests, self._tmp):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._sweep_tmp()
+
+    def _sweep_tmp(self) -> None:
+        """Staging names carry the writer's pid: what a dead writer left was never published and goes."""
+        for leftover in self._tmp.iterdir():
+            parts = leftover.name.split(".")
+            pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+            if pid is not None and _alive(pid):
+                continue
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+
+    def _staging(self, name: str, suffix: str = "") -> Path:
+        return self._tmp / f"{name}.{os.getpid()}.{uuid.uuid4().hex}{suffix}"
+
+    def _path(self, content_hash: str) -> Path:
+        if not is_content_hash(content_hash):
+            raise KeyError(f"not a content hash: {content_hash!r}")
+        hexdigest = content_hash.removeprefix("sha256:")
+        return self._blobs / hexdigest[:2] / hexdigest
+
+    # -- writing -------------------------------------------------------------------------------------------------
+    def put_if_absent(self, content_hash: str, tensors: Sequence[RawTensor]) -> bool:
+        final = self._path(content_hash)
+        if final.exists():
+            return False
+        staging = self._staging(final.name)
+        try:
+            self._write_group(staging, content_hash, tensors)
+            _fsync_tree(staging)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(staging, final)
+            except OSError:
+                if final.exists():  # another writer published the same content first
+                    return False
+                raise
+            _fsync_dir(final.parent)
+            return True
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _write_group(self, path: Path, content_hash: str, tensors: Sequence[RawTensor]) -> None:
+        info = {t.name: {"dtype": t.dtype, "shape": list(t.shape)} for t in tensors}
+        group = zarr.create_group(
+            store=zarr.storage.LocalStore(path), zarr_format=3,
+            attributes={"hsstore": {"content_hash": content_hash, "tensors": info}},
+        )
+        for index, tensor in enumerate(sorted(tensors, key=lambda t: t.name)):
+            chunks, shards = self._layout(tensor.shape)
+            itemsize, storage_dtype, _ = DTYPES[tensor.dtype]
+            array = group.create_array(
+                name=tensor.name,
+                shape=tensor.shape,
+                dtype=np.dtype(storage_dtype),
+                chunks=chunks,
+                shards=shards,
+                compressors=[BloscCodec(cname="zstd", clevel=_ZSTD_LEVEL, shuffle="shuffle", typesize=itemsize),
+                             Crc32cCodec()],
+                fill_value=0,
+                # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded here
+                attributes={"dtype": tensor.dtype},
+            )
+            array[...] = tensor.numpy()
+            if index == 0 and self.write_pause_s:
+                time.sleep(self.write_pause_s)
+
+    def _layout(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Inner chunks: `chunk_tokens` tokens x one layer; one shard covers the whole array."""
+        tokens = max(1, min(self.chunk_tokens, shape[0]))
+        whole = ceil(shape[0] / tokens) * tokens
+        if len(shape) == 3:
+            return (tokens, 1, shape[2]), (whole, shape[1], shape[2])
+        return (tokens, *shape[1:]), (whole, *shape[1:])
+
+    # -- reading -------------------------------------------------------------------------------------------------
+    def _open(self, content_hash: str) -> zarr.Group:
+        path = self._path(content_hash)
+        if not path.is_dir():
+            raise KeyError(content_hash)
+        return zarr.open_group(store=zarr.storage.LocalStore(path, read_only=True), mode="r", zarr_format=3)
+
+    def get(self, content_hash: str) -> dict[str, RawTensor]:
+        return self.get_slice(content_hash, Selection())
+
+    def get_slice(self, content_hash: str, selection: Selection) -> dict[str, RawTensor]:
+        group = self._open(content_hash)
+        out: dict[str, RawTensor] = {}
+        for name, array in sorted(group.arrays()):
+            index: list[object] = [slice(*selection.tokens) if selection.tokens else slice(None)]
+            if name == HIDDEN_STATES and array.ndim == 3:
+                positions = selection.layer_positions
+                index += [list(positions) if positions is not None else slice(None), slice(None)]
+            data = array.get_orthogonal_selection(tuple(index))
+            out[name] = RawTensor.from_numpy(name, str(array.attrs["dtype"]), data)
+        return out
+
+    def exists(self, content_hash: str) -> bool:
+        return self._path(content_hash).is_dir()
+
+    def delete(self, content_hash: str) -> bool:
+        path = self._path(content_hash)
+        if not path.exists():
+            return False
+        # rename first so a reader never sees a half-deleted blob
+        doomed = self._staging(path.name, ".deleting")
+        os.rename(path, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def iter(self) -> Iterator[str]:
+        for prefix in sorted(self._blobs.iterdir()):
+            for blob in sorted(prefix.iterdir()):
+                yield f"sha256:{blob.name}"
+
+    # -- manifests -----------------------------------------------------------------------------------------------
+    def put_manifest(self, name: str, document: bytes) -> None:
+        final = self._manifests / name[:2] / f"{name}.json"
+        if final.exists():
+            return
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = self._staging(name, ".json")
+        with staging.open("wb") as handle:
+            handle.write(document)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, final)
+        _fsync_dir(final.parent)
+
+    def iter_manifests(self) -> Iterator[bytes]:
+        for path in sorted(self._manifests.rglob("*.json")):
+            yield path.read_bytes()
+
+    def ping(self) -> None:
+        if not (self._blobs.is_dir() and os.access(self._blobs, os.W_OK)):
+            raise OSError(f"blob directory {self._blobs} is not writable")
