@@ -7,13 +7,12 @@ from typing import Any
 
 import httpx
 
+from client.errors import HsstoreError, error_for
+from client.features import Features, decode_verified
 from schemas.api import EntriesPage, ExtractResponse, Info
 from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import Manifest
 from schemas.prompt_hash import prompt_hash as hash_prompt
-
-from client.errors import HsstoreError, error_for
-from client.features import Features, decode_verified
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -120,8 +119,13 @@ class FeatureClient:
     ) -> Iterator[Manifest]:
         """Every matching version, page by page."""
         params: dict[str, Any] = {"limit": page_size}
-        for name, value in (("prompt_hash", prompt_hash), ("backend", backend), ("model_revision", model_revision),
-                            ("featureset", _featureset_id(featureset)), ("since", since)):
+        for name, value in (
+            ("prompt_hash", prompt_hash),
+            ("backend", backend),
+            ("model_revision", model_revision),
+            ("featureset", _featureset_id(featureset)),
+            ("since", since),
+        ):
             if value is not None:
                 params[name] = value
         while True:
@@ -144,8 +148,12 @@ class FeatureClient:
             raise ValueError("name exactly one of prompt or prompt_hash")
         key = prompt_hash if prompt_hash is not None else hash_prompt(prompt)  # type: ignore[arg-type]
         params: dict[str, Any] = {}
-        for name, value in (("backend", backend), ("model_revision", model_revision),
-                            ("featureset", _featureset_id(featureset)), ("content_hash", content_hash)):
+        for name, value in (
+            ("backend", backend),
+            ("model_revision", model_revision),
+            ("featureset", _featureset_id(featureset)),
+            ("content_hash", content_hash),
+        ):
             if value is not None:
                 params[name] = value
         return f"/v1/features/{key}", params

@@ -7,14 +7,13 @@ from dataclasses import dataclass
 
 import torch
 
+from client.errors import IntegrityError
 from schemas import wire
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
 from schemas.manifest import Manifest
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import to_torch
-
-from client.errors import IntegrityError
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,11 @@ def serve(
 
     if config is not None:
         os.environ[CONFIG_ENV] = str(config)
-    overrides = {k: v for k, v in {"model_dir": model_dir, "data_dir": data_dir, "host": host, "port": port}.items()
-                 if v is not None}
+    overrides = {
+        k: v
+        for k, v in {"model_dir": model_dir, "data_dir": data_dir, "host": host, "port": port}.items()
+        if v is not None
+    }
     settings = Settings(**overrides)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
 
@@ -82,9 +85,12 @@ def extract(
     samples = _read_jsonl(jsonl)
     featureset = [parse_layer(t) for t in layers.split(",")] if layers else None
     counts = {"extracted": 0, "existing": 0}
-    with FeatureClient(url, token) as client, Progress(
-        TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    ) as progress:
+    with (
+        FeatureClient(url, token) as client,
+        Progress(
+            TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as progress,
+    ):
         task = progress.add_task("extract", total=len(samples))
         for start in range(0, len(samples), batch):
             response = client.extract(samples[start : start + batch], featureset=featureset, backend=backend)
@@ -110,13 +116,20 @@ def get(
     from schemas import wire
 
     with FeatureClient(url, token) as client:
-        features = client.get(prompt_hash=prompt_hash, backend=backend, model_revision=model_revision,
-                              featureset=featureset, content_hash=content_hash)
+        features = client.get(
+            prompt_hash=prompt_hash,
+            backend=backend,
+            model_revision=model_revision,
+            featureset=featureset,
+            content_hash=content_hash,
+        )
     m = features.manifest
-    console.print(f"prompt_hash     {m.prompt_hash}\ncontent_hash    {m.content_hash} (verified)\n"
-                  f"backend         {m.backend}\nmodel_revision  {m.model_revision}\n"
-                  f"featureset      {m.featureset_id} layers={list(m.featureset.layers)}\n"
-                  f"hidden_states   {list(features.hidden_states.shape)} {features.hidden_states.dtype}")
+    console.print(
+        f"prompt_hash     {m.prompt_hash}\ncontent_hash    {m.content_hash} (verified)\n"
+        f"backend         {m.backend}\nmodel_revision  {m.model_revision}\n"
+        f"featureset      {m.featureset_id} layers={list(m.featureset.layers)}\n"
+        f"hidden_states   {list(features.hidden_states.shape)} {features.hidden_states.dtype}"
+    )
     if out is not None:
         out.write_bytes(wire.encode(features.tensors.values(), {"manifest": m.model_dump_json()}))
 
@@ -136,8 +149,9 @@ def entries(
         for number, m in enumerate(client.entries(backend=backend)):
             if number >= limit:
                 break
-            table.add_row(m.prompt_hash[:16], str(m.num_tokens), m.backend, m.featureset_id, m.content_hash[:23],
-                          m.created_at)
+            table.add_row(
+                m.prompt_hash[:16], str(m.num_tokens), m.backend, m.featureset_id, m.content_hash[:23], m.created_at
+            )
     console.print(table)
 
 

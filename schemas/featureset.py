@@ -78,7 +78,9 @@ class FeatureSet(BaseModel):
         """Raise ValueError if a layer index does not exist in a model of `num_layers` decoder layers."""
         for layer in self.layers:
             if isinstance(layer, int) and layer >= num_layers:
-                raise ValueError(f"layer {layer} is out of range: the model has {num_layers} layers (0..{num_layers - 1})")
+                raise ValueError(
+                    f"layer {layer} is out of range: the model has {num_layers} layers (0..{num_layers - 1})"
+                )
 
     @classmethod
     def default_for(cls, num_layers: int) -> FeatureSet:

@@ -43,7 +43,9 @@ class RawTensor:
             raise ValueError(f"unsupported dtype {self.dtype!r}")
         expected = prod(self.shape) * DTYPES[self.dtype][0]
         if self.data.nbytes != expected:
-            raise ValueError(f"{self.name}: {self.data.nbytes} bytes for shape {self.shape} {self.dtype} (want {expected})")
+            raise ValueError(
+                f"{self.name}: {self.data.nbytes} bytes for shape {self.shape} {self.dtype} (want {expected})"
+            )
 
     @property
     def nbytes(self) -> int:

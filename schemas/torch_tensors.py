@@ -35,4 +35,6 @@ def to_torch(raw: RawTensor) -> torch.Tensor:
         return torch.empty(raw.shape, dtype=dtype)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*not writable.*")
-        return torch.frombuffer(raw.data, dtype=dtype).reshape(raw.shape)
+        tensor = torch.frombuffer(raw.data, dtype=dtype).reshape(raw.shape)
+    # safetensors packs tensors without padding: a small int tensor after an odd-length one can sit unaligned
+    return tensor if tensor.data_ptr() % tensor.element_size() == 0 else tensor.clone()

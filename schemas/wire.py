@@ -32,7 +32,11 @@ def encode_header(tensors: Iterable[RawTensor], metadata: Mapping[str, str]) -> 
     offset = 0
     for tensor in sorted(tensors, key=lambda t: t.name):
         end = offset + tensor.nbytes
-        header[tensor.name] = {"dtype": DTYPES[tensor.dtype][2], "shape": list(tensor.shape), "data_offsets": [offset, end]}
+        header[tensor.name] = {
+            "dtype": DTYPES[tensor.dtype][2],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, end],
+        }
         offset = end
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % _ALIGN)  # keep tensor data 8-byte aligned for zero-copy views

@@ -40,7 +40,12 @@ class Served:
         return self.served_hash == self.manifest.content_hash
 
     def metadata(self) -> dict[str, str]:
-        served = {"layers": self.layers, "tokens": list(self.tokens), "content_hash": self.served_hash, "full": self.full}
+        served = {
+            "layers": self.layers,
+            "tokens": list(self.tokens),
+            "content_hash": self.served_hash,
+            "full": self.full,
+        }
         return {"manifest": self.manifest.model_dump_json(), "served": json.dumps(served, separators=(",", ":"))}
 
 
@@ -83,8 +88,11 @@ class FeatureLibrary:
             key = EntryKey(parsed.prompt_hash, extractor.revision, backend.value, featureset.id)
             existing = self.catalog.versions(key)
             if existing and not request.force:
-                results.append(ExtractResult(prompt_hash=key.prompt_hash, sample_id=parsed.label, status="existing",
-                                             manifest=existing[0]))
+                results.append(
+                    ExtractResult(
+                        prompt_hash=key.prompt_hash, sample_id=parsed.label, status="existing", manifest=existing[0]
+                    )
+                )
                 continue
             label = f"samples[{index}]" + (f" ({parsed.label})" if parsed.label else "")
             extraction = extractor.extract(encoded, featureset, backend, label)
@@ -108,8 +116,9 @@ class FeatureLibrary:
             )
             stored, added = self.record(manifest, extraction.tensors)
             status = "existing" if not added else ("version_added" if existing else "extracted")
-            results.append(ExtractResult(prompt_hash=key.prompt_hash, sample_id=parsed.label, status=status,
-                                         manifest=stored))
+            results.append(
+                ExtractResult(prompt_hash=key.prompt_hash, sample_id=parsed.label, status=status, manifest=stored)
+            )
         extracted = sum(r.status != "existing" for r in results)
         return ExtractResponse(results=results, extracted=extracted, existing=len(results) - extracted)
 
@@ -148,12 +157,15 @@ class FeatureLibrary:
             stored = self.catalog.find(EntryFilter(prompt_hash=prompt_hash), limit=10_000)
             if not stored:
                 raise EntryNotFound(f"no entry for prompt_hash {prompt_hash}")
-            raise EntryNotFound(f"no entry for prompt_hash {prompt_hash} with {_describe(where)}; stored: "
-                                f"{_describe_keys(stored)}")
+            raise EntryNotFound(
+                f"no entry for prompt_hash {prompt_hash} with {_describe(where)}; stored: {_describe_keys(stored)}"
+            )
         keys = {m.key for m in found}
         if len(keys) > 1:
-            raise AmbiguousEntry(f"prompt_hash {prompt_hash} has {len(keys)} entries ({_describe_keys(found)}); "
-                                 "name model_revision, backend and/or featureset")
+            raise AmbiguousEntry(
+                f"prompt_hash {prompt_hash} has {len(keys)} entries ({_describe_keys(found)}); "
+                "name model_revision, backend and/or featureset"
+            )
         return max(found, key=lambda m: m.seq or 0)
 
     def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
@@ -197,8 +209,16 @@ class FeatureLibrary:
 
 
 def _describe(where: EntryFilter) -> str:
-    parts = [f"{k}={v}" for k, v in (("model_revision", where.model_revision), ("backend", where.backend),
-                                     ("featureset", where.featureset_id), ("content_hash", where.content_hash)) if v]
+    parts = [
+        f"{k}={v}"
+        for k, v in (
+            ("model_revision", where.model_revision),
+            ("backend", where.backend),
+            ("featureset", where.featureset_id),
+            ("content_hash", where.content_hash),
+        )
+        if v
+    ]
     return ", ".join(parts) or "no filter"
 
 

@@ -22,8 +22,13 @@ class BodyLimit:
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             body = json.dumps({"error": {"code": TOO_LARGE, "message": self._message()}}).encode()
-            await send({"type": "http.response.start", "status": 413,
-                        "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
             return
         seen = 0

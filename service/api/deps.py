@@ -24,7 +24,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 LibraryDep = Annotated[FeatureLibrary, Depends(get_library)]
 
 
-def Scope(scope: str) -> Callable[[Request, Settings], None]:  # noqa: N802 - reads as a type in signatures
+def Scope(scope: str) -> Callable[[Request, Settings], None]:
     """Require a bearer token with `scope` (admin implies every scope) when the service has tokens configured."""
 
     def check(request: Request, settings: SettingsDep) -> None:

@@ -29,7 +29,13 @@ STATUS: dict[type[errors.HsstoreError], int] = {
     errors.CorruptEntry: 500,
     errors.BackendMismatch: 500,
 }
-_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large", 415: "unsupported_media"}
+_HTTP_CODES = {
+    400: "bad_request",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "too_large",
+    415: "unsupported_media",
+}
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

@@ -17,10 +17,16 @@ class EncodedPrompt:
     greedy_max_new_tokens: int | None = None
 
 
+def _where(index: int | None) -> str:
+    return "" if index is None else f"samples[{index}]: "
+
+
 def _check_ids(ids: list[int], vocab_size: int, what: str, index: int | None) -> None:
     bad = next((i for i in ids if i >= vocab_size), None)
     if bad is not None:
-        raise InvalidSample(f"{what} holds token id {bad}, outside the model's vocabulary of {vocab_size}", index)
+        raise InvalidSample(
+            f"{_where(index)}{what} holds token id {bad}, outside the model's vocabulary of {vocab_size}"
+        )
 
 
 def _render_messages(parsed: ParsedSample, tokenizer: Any, index: int | None) -> list[int]:
@@ -33,7 +39,7 @@ def _render_messages(parsed: ParsedSample, tokenizer: Any, index: int | None) ->
     try:
         text = tokenizer.apply_chat_template(parsed.identity["messages"], tokenize=False, **kwargs)
     except Exception as exc:  # jinja raises many kinds; any of them means this sample does not fit the template
-        raise InvalidSample(f"the chat template rejected these messages: {exc}", index) from None
+        raise InvalidSample(f"{_where(index)}the chat template rejected these messages: {exc}") from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -49,7 +55,7 @@ def encode(
     else:
         prompt = _render_messages(parsed, tokenizer, index)
     if not prompt:
-        raise InvalidSample("the prompt encodes to no tokens", index)
+        raise InvalidSample(f"{_where(index)}the prompt encodes to no tokens")
 
     completion: list[int] | None = None
     source: str | None = None
@@ -64,8 +70,5 @@ def encode(
             greedy, source = c.greedy.max_new_tokens, "greedy:target"
     total = len(prompt) + (len(completion) if completion is not None else greedy or 0)
     if total > max_tokens:
-        raise TooLarge(
-            f"{'samples[' + str(index) + ']: ' if index is not None else ''}{total} tokens exceed the limit of "
-            f"{max_tokens} tokens per sample"
-        )
+        raise TooLarge(f"{_where(index)}{total} tokens exceed the limit of {max_tokens} tokens per sample")
     return EncodedPrompt(prompt, completion, source, greedy)

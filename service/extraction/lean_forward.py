@@ -7,6 +7,7 @@ output and `final_norm` the final RMSNorm's output. transformers 5.x puts the po
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -41,10 +42,8 @@ def capture(body: Any, input_ids: torch.Tensor, featureset: FeatureSet, num_laye
             handles.append(body.layers[layer].register_forward_hook(hook_for(layer)))
         if need_norm:
             handles.append(body.norm.register_forward_hook(hook_for(FINAL_NORM)))
-        try:
+        with contextlib.suppress(_EnoughLayers):
             body(input_ids=input_ids, use_cache=False)
-        except _EnoughLayers:
-            pass
     finally:
         for handle in handles:
             handle.remove()

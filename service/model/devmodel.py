@@ -18,12 +18,20 @@ from transformers import (
     Qwen3_5ForConditionalGeneration,
     Qwen3_5TextConfig,
 )
+from transformers.utils import logging as hf_logging
 
 SEED = 20261130
 VOCAB_SIZE = 1024
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
-    "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 ]
 CHAT_TEMPLATE = (
     "{%- for message in messages -%}"
@@ -34,13 +42,15 @@ CHAT_TEMPLATE = (
     "{{- '<|im_end|>\\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false -%}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif -%}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif -%}"
     "{%- endif -%}"
 )
 # A fixed training text: code and prose like the prompts the demo and tests send.
 _CORPUS = [
     "def fizzbuzz(n):\n    for i in range(1, n + 1):\n        if i % 15 == 0:\n            print('FizzBuzz')\n",
-    "def binary_search(items, target):\n    lo, hi = 0, len(items) - 1\n    while lo <= hi:\n        mid = (lo + hi) // 2\n",
+    "def binary_search(items, target):\n    lo, hi = 0, len(items) - 1\n"
+    "    while lo <= hi:\n        mid = (lo + hi) // 2\n",
     "class Node:\n    def __init__(self, value, next=None):\n        self.value = value\n        self.next = next\n",
     "import json\nimport asyncio\nfrom collections import OrderedDict, deque\n\nasync def main() -> None:\n    pass\n",
     "Write a Python function that returns the shortest path in a graph using breadth-first search.",
@@ -48,7 +58,7 @@ _CORPUS = [
     "The quick brown fox jumps over the lazy dog. Hidden states are the residual stream after each layer.",
     "Speculative decoding drafts several tokens with a small model and verifies them with the target model.",
     "matrix multiply: C[i][j] = sum(A[i][k] * B[k][j] for k in range(n)); return C  # O(n^3)",
-    "{\"key\": [1, 2, 3], \"nested\": {\"a\": true, \"b\": null}, \"text\": \"hello world\"}",
+    '{"key": [1, 2, 3], "nested": {"a": true, "b": null}, "text": "hello world"}',
 ]
 
 
@@ -115,6 +125,7 @@ def _randomise(model: torch.nn.Module) -> None:
 def build_devmodel(out_dir: Path, multimodal: bool = False, num_layers: int = 8) -> Path:
     """Write the tiny model to `out_dir` and return it."""
     out_dir = Path(out_dir)
+    hf_logging.disable_progress_bar()
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     config = text_config(tokenizer, num_layers)
@@ -125,8 +136,15 @@ def build_devmodel(out_dir: Path, multimodal: bool = False, num_layers: int = 8)
         full = Qwen3_5Config(
             text_config=config.to_dict(),
             vision_config={
-                "depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 4,
-                "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64, "num_position_embeddings": 64,
+                "depth": 1,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_heads": 2,
+                "patch_size": 4,
+                "spatial_merge_size": 2,
+                "temporal_patch_size": 2,
+                "out_hidden_size": 64,
+                "num_position_embeddings": 64,
             },
             image_token_id=ids("<|image_pad|>"),
             video_token_id=ids("<|video_pad|>"),

@@ -105,7 +105,9 @@ class KernelSet:
             reason = f"the model runs on {device_type}, and fla's kernels need a CUDA device"
         else:
             reason = "not installed: " + ", ".join(missing)
-        raise BackendUnavailable(f"backend {backend.value!r} cannot run on this host ({reason}); available: {available}")
+        raise BackendUnavailable(
+            f"backend {backend.value!r} cannot run on this host ({reason}); available: {available}"
+        )
 
     def plan(self, backend: Backend) -> dict[str, str]:
         """The implementation each kernel runs under `backend`."""

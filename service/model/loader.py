@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from schemas.api import ModelInfo
 from service.errors import ModelUnavailable
@@ -64,6 +65,7 @@ def load_model(model_dir: Path, revision: str, device: str = "auto", attn_implem
     if not (model_dir / "config.json").is_file():
         raise ModelUnavailable(f"{model_dir} is not a model directory (no config.json)")
     target = pick_device(device)
+    hf_logging.disable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     # Straight onto an accelerator (needs accelerate there); on the CPU no device map is needed.
     placement: dict[str, Any] = {} if target.type == "cpu" else {"device_map": {"": target}}

@@ -112,7 +112,8 @@ class LocalZarrStore:
     def _write_group(self, path: Path, content_hash: str, tensors: Sequence[RawTensor]) -> None:
         info = {t.name: {"dtype": t.dtype, "shape": list(t.shape)} for t in tensors}
         group = zarr.create_group(
-            store=zarr.storage.LocalStore(path), zarr_format=3,
+            store=zarr.storage.LocalStore(path),
+            zarr_format=3,
             attributes={"hsstore": {"content_hash": content_hash, "tensors": info}},
         )
         for index, tensor in enumerate(sorted(tensors, key=lambda t: t.name)):
@@ -124,8 +125,10 @@ class LocalZarrStore:
                 dtype=np.dtype(storage_dtype),
                 chunks=chunks,
                 shards=shards,
-                compressors=[BloscCodec(cname="zstd", clevel=_ZSTD_LEVEL, shuffle="shuffle", typesize=itemsize),
-                             Crc32cCodec()],
+                compressors=[
+                    BloscCodec(cname="zstd", clevel=_ZSTD_LEVEL, shuffle="shuffle", typesize=itemsize),
+                    Crc32cCodec(),
+                ],
                 fill_value=0,
                 # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded here
                 attributes={"dtype": tensor.dtype},

@@ -37,9 +37,12 @@ def get_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
 @router.head("/v1/features/{prompt_hash}", dependencies=[ReadScope], response_class=Response)
 def head_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
     manifest = _resolve(library, query.key)
-    return Response(status_code=200, headers={
-        "X-Hsstore-Content-Hash": manifest.content_hash,
-        "X-Hsstore-Backend": manifest.backend,
-        "X-Hsstore-Model-Revision": manifest.model_revision,
-        "X-Hsstore-Featureset": manifest.featureset_id,
-    })
+    return Response(
+        status_code=200,
+        headers={
+            "X-Hsstore-Content-Hash": manifest.content_hash,
+            "X-Hsstore-Backend": manifest.backend,
+            "X-Hsstore-Model-Revision": manifest.model_revision,
+            "X-Hsstore-Featureset": manifest.featureset_id,
+        },
+    )

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import httpx
+import pytest
+import torch
+
+import client as client_package
+import hsstore
+from client import FeatureClient, IntegrityError, InvalidRequestError, NotFoundError
+from schemas.featureset import FeatureSet
+
+
+@pytest.mark.parametrize("package", [client_package, hsstore])
+def test_all_is_honest(package: object) -> None:
+    exported = package.__all__  # type: ignore[attr-defined]
+    assert sorted(exported) == sorted(set(exported))
+    for name in exported:
+        assert getattr(package, name) is not None
+    public = {n for n in dir(package) if not n.startswith("_") and n[0].isupper()}
+    assert public <= set(exported) | {"DEFAULT_URL"}
+
+
+def test_client_never_imports_service() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, client; assert not any(m == 'service' or m.startswith('service.') for m in sys.modules), 1"
+    code += "; assert 'transformers' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_in_process_and_socket_transports_agree(client: FeatureClient, asgi_client: FeatureClient) -> None:
+    sample = {"text": "two transports"}
+    via_socket = client.extract([sample]).results[0].manifest
+    via_asgi = asgi_client.get(sample)
+    assert via_asgi.content_hash == via_socket.content_hash
+    assert torch.equal(via_asgi.hidden_states, client.get(sample).hidden_states)
+
+
+class CorruptingTransport(httpx.BaseTransport):
+    """The real HTTP transport, with one bit of each feature body flipped in transit."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        if request.url.path.startswith("/v1/features/") and request.method == "GET":
+            body = bytearray(response.read())
+            body[-5] ^= 0x10
+            return httpx.Response(response.status_code, headers=response.headers, content=bytes(body))
+        return response
+
+
+@pytest.mark.parametrize("sliced", [False, True])
+def test_corruption_in_transit_raises_integrity_error(client: FeatureClient, live_url: str, sliced: bool) -> None:
+    sample = {"text": "def merge_sort(items): pass"}
+    client.extract([sample])
+    with (
+        httpx.Client(base_url=live_url, transport=CorruptingTransport()) as http,
+        FeatureClient(http=http) as bad,
+        pytest.raises(IntegrityError),
+    ):
+        bad.get(sample, layers=[1, 3] if sliced else None)
+
+
+def test_typed_errors(client: FeatureClient) -> None:
+    with pytest.raises(NotFoundError):
+        client.get(prompt_hash="0" * 64)
+    with pytest.raises(InvalidRequestError, match="unknown backend"):
+        client.extract([{"text": "x"}], backend="tpu")
+    with pytest.raises(ValueError):
+        client.get()
+
+
+def test_featureset_by_layers_or_object(client: FeatureClient) -> None:
+    sample = {"text": "featureset forms"}
+    by_list = client.extract([sample], featureset=["embed", 0, "final_norm"]).results[0].manifest
+    assert by_list.featureset == FeatureSet(layers=["embed", 0, "final_norm"])
+    features = client.get(sample, featureset=by_list.featureset_id, layers=["final_norm"])
+    assert features.layers == ["final_norm"] and features.hidden_states.shape[1] == 1
+
+
+def test_auth_scopes(settings, tiny_loaded) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+
+    secured = settings.model_copy(update={"tokens": {"r": ["read"], "w": ["read", "write"]}})
+    with TestClient(create_app(secured, tiny_loaded)) as http:
+        assert http.post("/v1/extract", json={"samples": [{"text": "a"}]}).status_code == 401
+        denied = http.post("/v1/extract", json={"samples": [{"text": "a"}]}, headers={"Authorization": "Bearer r"})
+        assert denied.status_code == 403 and denied.json()["error"]["code"] == "forbidden"
+        ok = http.post("/v1/extract", json={"samples": [{"text": "a"}]}, headers={"Authorization": "Bearer w"})
+        assert ok.status_code == 200
+        assert http.get("/v1/entries", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert http.get("/healthz").status_code == 200

@@ -1,0 +1,171 @@
+"""Shared fixtures: the tiny model (built once), apps over temporary stores, real uvicorn servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from client import FeatureClient
+from service.main import create_app
+from service.model.devmodel import build_devmodel
+from service.model.loader import LoadedModel, load_model
+from service.model.revision_cache import cached_model_revision
+from service.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_devmodel(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_multimodal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_devmodel(tmp_path_factory.mktemp("models") / "tiny-vl", multimodal=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_loaded(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    revision = cached_model_revision(tiny_model_dir, tmp_path_factory.mktemp("rev") / "revisions.json")
+    return load_model(tiny_model_dir, revision, "cpu")
+
+
+@pytest.fixture
+def settings(tmp_path: Path, tiny_model_dir: Path) -> Settings:
+    return Settings(data_dir=tmp_path / "store", model_dir=tiny_model_dir, device="cpu")
+
+
+@pytest.fixture
+def app(settings: Settings, tiny_loaded: LoadedModel) -> FastAPI:
+    return create_app(settings, tiny_loaded)
+
+
+class LiveServer:
+    """A real uvicorn server in a thread, on a free port of 127.0.0.1."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def live_url(app: FastAPI) -> Iterator[str]:
+    with LiveServer(app) as url:
+        yield url
+
+
+@pytest.fixture
+def client(live_url: str) -> Iterator[FeatureClient]:
+    with FeatureClient(live_url) as c:
+        yield c
+
+
+@pytest.fixture
+def http(live_url: str) -> Iterator[httpx.Client]:
+    """Raw HTTP against the live server, for contract-level assertions."""
+    with httpx.Client(base_url=live_url, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture
+def asgi_client(app: FastAPI) -> Iterator[FeatureClient]:
+    """The same client through the in-process ASGI transport seam."""
+    with TestClient(app, base_url="http://hsstore.test") as test_client, FeatureClient(http=test_client) as c:
+        yield c
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """`hsstore serve` in its own process, for tests that kill it."""
+
+    def __init__(self, env: dict[str, str], port: int) -> None:
+        self.env = {**os.environ, **env, "HSSTORE_PORT": str(port), "HSSTORE_HOST": "127.0.0.1"}
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 90) -> ServerProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hsstore.cli", "serve"],
+            env=self.env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("server did not become ready")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def server_process() -> Iterator[Callable[[dict[str, str]], ServerProcess]]:
+    started: list[ServerProcess] = []
+
+    def make(env: dict[str, str]) -> ServerProcess:
+        process = ServerProcess(env, free_port())
+        started.append(process)
+        return process
+
+    yield make
+    for process in started:
+        process.stop()
+
+
+def coding_prompts() -> list[dict]:
+    """The seeds' ten coding prompts, as the demo sends them."""
+    from hsstore.demo_prompts import PROMPTS
+
+    return [dict(p) for p in PROMPTS]

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from schemas.featureset import FeatureSet, build_target_layer_ids
+
+
+def test_default_layers_are_dflash() -> None:
+    assert build_target_layer_ids(64, 5) == [1, 16, 31, 46, 61]
+    assert FeatureSet.default_for(64).layers == [1, 16, 31, 46, 61]
+    assert build_target_layer_ids(64, 1) == [32]
+
+
+def test_featureset_id_is_16_hex_of_canonical_json() -> None:
+    fs = FeatureSet(layers=[1, 16, 31, 46, 61])
+    canonical = json.dumps({"layers": [1, 16, 31, 46, 61], "dtype": "bfloat16"}, sort_keys=True, separators=(",", ":"))
+    assert fs.id == hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    assert FeatureSet(layers=[1, 16, 31, 46, 61], target_ids=True).id != fs.id
+
+
+@pytest.mark.parametrize("layers", [[], [3, 1], [1, 1], [-1], ["final_norm", 2], [2, "embed"], ["penultimate"], [1.5]])
+def test_bad_layer_lists_are_refused(layers: list) -> None:
+    with pytest.raises(ValidationError):
+        FeatureSet(layers=layers)
+
+
+def test_layer_range_is_checked_against_the_model() -> None:
+    FeatureSet(layers=["embed", 0, 7, "final_norm"]).check_against(8)
+    with pytest.raises(ValueError, match="out of range"):
+        FeatureSet(layers=[8]).check_against(8)

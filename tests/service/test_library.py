@@ -1,0 +1,89 @@
+"""Versions and refusals, through the core (FeatureLibrary) where bit-different re-extractions can be staged."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from schemas.api import ExtractRequest
+from schemas.content_hash import content_hash
+from schemas.featureset import FeatureSet
+from schemas.tensors import RawTensor
+from service.catalog.sqlite import SqliteCatalog
+from service.errors import NonFiniteFeatures
+from service.main import build_library
+from service.model.loader import LoadedModel, load_model
+from service.settings import Settings
+
+
+def test_different_bits_add_a_version_and_both_stay_readable(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    library = build_library(settings, tiny_loaded)
+    first = library.extract(ExtractRequest(samples=[{"text": "versions"}])).results[0].manifest
+    stored = library.store.get(first.content_hash)
+    hidden = stored["hidden_states"]
+    changed = bytearray(hidden.data)
+    changed[0] ^= 1  # as a library upgrade would: the same key, other bits
+    tensors = [RawTensor("hidden_states", "bfloat16", hidden.shape, memoryview(changed)), stored["input_ids"]]
+    second_hash = content_hash(tensors)
+    second, added = library.record(first.model_copy(update={"content_hash": second_hash, "seq": None}), tensors)
+    assert added and second.seq > first.seq
+    assert library.resolve(first.prompt_hash).content_hash == second_hash  # newest by default
+    assert library.read(library.resolve(first.prompt_hash, content_hash_pin=first.content_hash)).full
+    assert library.read(library.resolve(first.prompt_hash, content_hash_pin=second_hash)).served_hash == second_hash
+    _, added_again = library.record(second, tensors)
+    assert not added_again  # same key, same bits: no version
+
+
+def test_nan_features_are_refused_and_nothing_is_stored(tmp_path: Path, tiny_model_dir: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir, broken)
+    weights = load_file(broken / "model.safetensors")
+    name = next(n for n in weights if "layers.2.mlp.down_proj" in n)
+    weights[name][0, 0] = float("inf")
+    save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
+    settings = Settings(data_dir=tmp_path / "store", model_dir=broken, device="cpu")
+    library = build_library(settings, load_model(broken, "sha256:" + "1" * 64, "cpu"))
+    with pytest.raises(NonFiniteFeatures, match=r"layers \[2, 3"):
+        library.extract(ExtractRequest(samples=[{"text": "explode"}], featureset=FeatureSet(layers=[1, 2, 3])))
+    assert library.catalog.count() == 0 and list(library.store.iter()) == []
+
+
+def test_catalog_can_be_rebuilt_from_the_store(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    library = build_library(settings, tiny_loaded)
+    results = library.extract(ExtractRequest(samples=[{"text": f"rebuild {i}"} for i in range(3)])).results
+    library.catalog.close()
+    settings.catalog_path.unlink()
+    library.catalog = SqliteCatalog(settings.catalog_path)
+    assert library.rebuild_catalog() == 3
+    for result in results:
+        assert library.resolve(result.prompt_hash).content_hash == result.manifest.content_hash
+
+
+def test_replica_without_model_serves_but_does_not_extract(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+
+    writer = build_library(settings, tiny_loaded)
+    result = writer.extract(ExtractRequest(samples=[{"text": "replica"}])).results[0]
+    writer.catalog.close()
+    replica = TestClient(create_app(replace_settings(settings, model_dir=None)))
+    assert replica.get(f"/v1/features/{result.prompt_hash}").status_code == 200
+    refused = replica.post("/v1/extract", json={"samples": [{"text": "x"}]})
+    assert refused.status_code == 503 and "no model" in refused.json()["error"]["message"]
+    assert replica.get("/v1/info").json()["model"] is None
+
+
+def replace_settings(settings: Settings, **changes: object) -> Settings:
+    return settings.model_copy(update=changes)
+
+
+def test_identical_tokens_from_two_prompts_share_one_blob(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    library = build_library(settings, tiny_loaded)
+    ids = tiny_loaded.tokenizer("shared bits")["input_ids"]
+    a, b = library.extract(ExtractRequest(samples=[{"text": "shared bits"}, {"token_ids": ids}])).results
+    assert a.prompt_hash != b.prompt_hash and a.manifest.content_hash == b.manifest.content_hash
+    assert len(list(library.store.iter())) == 1 and library.catalog.count() == 2

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.settings import CONFIG_ENV, Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONFIG_ENV, str(REPO / "deploy" / "hsstore.example.toml"))
+    settings = Settings()
+    assert settings.device == "cuda" and settings.tokens["change-me-trainer"] == ["read"]
+
+
+def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONFIG_ENV, str(REPO / "deploy" / "hsstore.example.toml"))
+    monkeypatch.setenv("HSSTORE_PORT", "9123")
+    assert Settings().port == 9123
+
+
+def test_unknown_keys_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('data_dirr = "/typo"\n')
+    monkeypatch.setenv(CONFIG_ENV, str(bad))
+    with pytest.raises(ValueError, match="data_dirr"):
+        Settings()
