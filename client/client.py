@@ -9,7 +9,7 @@ import httpx
 
 from client.errors import HsstoreError, error_for
 from client.features import Features, decode_verified
-from schemas.api import EntriesPage, ExtractResponse, Info
+from schemas.api import AuditReport, CompareReport, EntriesPage, ExtractResponse, Info
 from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import Manifest
 from schemas.prompt_hash import prompt_hash as hash_prompt
@@ -134,6 +134,28 @@ class FeatureClient:
             if page.next_cursor is None:
                 return
             params["cursor"] = page.next_cursor
+
+    def compare(
+        self,
+        prompt: Mapping[str, Any] | None = None,
+        *,
+        prompt_hash: str | None = None,
+        a: str = "fla",
+        b: str = "torch",
+        model_revision: str | None = None,
+        featureset: FeatureSet | str | None = None,
+        extract: bool = False,
+    ) -> CompareReport:
+        """Per-layer agreement of two backends' features for one prompt; `extract` fills in a missing side."""
+        url, params = self._features_url(prompt, prompt_hash, None, model_revision, featureset, None)
+        params.update({"a": a, "b": b, "extract": extract})
+        compare_url = url.replace("/v1/features/", "/v1/compare/")
+        return CompareReport.model_validate_json(self._request("GET", compare_url, params=params).content)
+
+    def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
+        """Re-extract `sample` stored entries and report which reproduce their content hash bit for bit."""
+        body = {"sample": sample, "backend": backend, "seed": seed}
+        return AuditReport.model_validate_json(self._request("POST", "/v1/audit", json=body).content)
 
     def _features_url(
         self,

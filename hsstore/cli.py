@@ -49,12 +49,13 @@ def serve(
 def devmodel(
     out_dir: Path,
     multimodal: Annotated[bool, typer.Option(help="write the Qwen3_5ForConditionalGeneration layout")] = False,
+    head_dim: Annotated[int, typer.Option(help="16: the 64-wide CPU model; 64: a 256-wide one for GPU kernels")] = 16,
 ) -> None:
     """Write the tiny Qwen3.5 test model (random weights from a fixed seed, tokenizer trained here)."""
     from schemas.model_revision import model_revision
     from service.model.devmodel import build_devmodel
 
-    build_devmodel(out_dir, multimodal=multimodal)
+    build_devmodel(out_dir, multimodal=multimodal, head_dim=head_dim)
     console.print(f"{out_dir}  model_revision={model_revision(out_dir)}")
 
 
@@ -153,6 +154,64 @@ def entries(
                 m.prompt_hash[:16], str(m.num_tokens), m.backend, m.featureset_id, m.content_hash[:23], m.created_at
             )
     console.print(table)
+
+
+@app.command()
+def compare(
+    prompt_hash: str,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    a: Annotated[str, typer.Option(help="first backend")] = "fla",
+    b: Annotated[str, typer.Option(help="second backend")] = "torch",
+    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    extract: Annotated[bool, typer.Option(help="extract a missing side")] = False,
+) -> None:
+    """Per-layer cosine (mean, min), max |diff| and bitwise-equal fraction of two backends' features."""
+    from client import FeatureClient
+
+    with FeatureClient(url, token) as client:
+        report = client.compare(prompt_hash=prompt_hash, a=a, b=b, featureset=featureset, extract=extract)
+    table = Table(
+        "layer",
+        "cosine mean",
+        "cosine min",
+        "max |diff|",
+        "bitwise equal",
+        title=f"{a} vs {b}: {report.num_tokens} tokens, extracted now: {report.extracted or 'none'}",
+    )
+    for row in report.layers:
+        table.add_row(
+            str(row.layer),
+            f"{row.cosine_mean:.6f}",
+            f"{row.cosine_min:.6f}",
+            f"{row.max_abs_diff:.4g}",
+            f"{row.bitwise_equal_fraction:.2%}",
+        )
+    console.print(table)
+
+
+@app.command()
+def audit(
+    sample: Annotated[int, typer.Option(min=1, help="how many stored entries to re-extract")] = 20,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """Re-extract stored entries and report which reproduce their content hash bit for bit."""
+    from client import FeatureClient
+
+    with console.status(f"re-extracting {sample} entries"), FeatureClient(url, token) as client:
+        report = client.audit(sample, backend, seed)
+    for result in report.results:
+        mark = "[green]reproduced[/]" if result.reproduced else f"[red]MISMATCH[/] now {result.reproduced_hash[:23]}"
+        console.print(f"{result.prompt_hash[:16]} {result.backend:10} {result.content_hash[:23]} {mark}")
+    console.print(
+        f"{report.reproduced}/{report.total} reproduced bit for bit"
+        + (f"; skipped {report.skipped}: {report.skipped_reason}" if report.skipped else "")
+    )
+    if report.mismatched:
+        raise typer.Exit(1)
 
 
 @app.command("rebuild-catalog")

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.featureset import FeatureSet
+from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import Manifest
 
 
@@ -59,3 +59,50 @@ class Info(BaseModel):
     default_featureset_id: str | None
     window: dict[str, Any]
     limits: dict[str, int]
+
+
+class LayerComparison(BaseModel):
+    layer: LayerId
+    cosine_mean: float
+    cosine_min: float
+    max_abs_diff: float
+    bitwise_equal_fraction: float
+
+
+class CompareReport(BaseModel):
+    prompt_hash: str
+    model_revision: str
+    featureset_id: str
+    num_tokens: int
+    a: str
+    b: str
+    a_content_hash: str
+    b_content_hash: str
+    extracted: list[str]  # backends extracted for this comparison
+    layers: list[LayerComparison]
+
+
+class AuditRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sample: int = Field(ge=1, le=100_000, description="how many stored entries to re-extract")
+    backend: str | None = None
+    seed: int | None = None
+
+
+class AuditResult(BaseModel):
+    prompt_hash: str
+    backend: str
+    featureset_id: str
+    content_hash: str
+    reproduced: bool
+    reproduced_hash: str
+
+
+class AuditReport(BaseModel):
+    total: int
+    reproduced: int
+    mismatched: int
+    skipped: int
+    skipped_reason: str | None = None
+    results: list[AuditResult]

@@ -31,6 +31,17 @@ class LayerStats(BaseModel):
     absmax: float
 
 
+class AuditRecord(BaseModel):
+    """The last re-extraction of this version: did it reproduce the content hash bit for bit?"""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: str  # "reproduced" | "mismatch"
+    audited_at: str
+    reproduced_hash: str
+    fingerprint: Fingerprint
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -52,6 +63,7 @@ class Manifest(BaseModel):
     fingerprint: Fingerprint
     created_at: str
     seq: int | None = None  # the catalog's order of insertion; set when read back from the catalog
+    audit: AuditRecord | None = None  # set by the catalog when this version has been audited
 
     @property
     def key(self) -> EntryKey:

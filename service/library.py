@@ -3,22 +3,39 @@
 from __future__ import annotations
 
 import json
+import random
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from schemas.api import EntriesPage, ExtractRequest, ExtractResponse, ExtractResult
+from schemas.api import (
+    AuditReport,
+    AuditResult,
+    CompareReport,
+    EntriesPage,
+    ExtractRequest,
+    ExtractResponse,
+    ExtractResult,
+)
+from schemas.backend import Backend
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryKey, version_name
-from schemas.manifest import Manifest, TensorInfo
+from schemas.manifest import AuditRecord, Manifest, TensorInfo
 from schemas.samples import InvalidSampleError, ParsedSample, parse_sample
 from schemas.tensors import RawTensor
 from schemas.tokens import TokenRange
 from service.catalog.protocol import Catalog, EntryFilter
+from service.comparison import compare_hidden_states
 from service.errors import AmbiguousEntry, CorruptEntry, EntryNotFound, InvalidRequest, InvalidSample, ModelUnavailable
 from service.extraction.encode import EncodedPrompt
-from service.extraction.extractor import Extractor
+from service.extraction.extractor import Extraction, Extractor, PendingExtraction
 from service.storage.protocol import BlobStore, Selection
+
+
+def _label(index: int, parsed: ParsedSample) -> str:
+    return f"samples[{index}]" + (f" ({parsed.label})" if parsed.label else "")
 
 
 def now() -> str:
@@ -50,11 +67,25 @@ class Served:
 
 
 class FeatureLibrary:
-    def __init__(self, store: BlobStore, catalog: Catalog, extractor: Extractor | None, default_backend: str = "auto"):
+    def __init__(
+        self,
+        store: BlobStore,
+        catalog: Catalog,
+        extractor: Extractor | None,
+        default_backend: str = "auto",
+        writer_threads: int = 4,
+    ) -> None:
         self.store = store
         self.catalog = catalog
         self.extractor = extractor
         self.default_backend = default_backend
+        # Hashing, compression and writing overlap the next forward; a bound on results in flight bounds host memory.
+        self._writers = ThreadPoolExecutor(max_workers=writer_threads, thread_name_prefix="hsstore-writer")
+        self.max_in_flight = 2 * writer_threads
+
+    def close(self) -> None:
+        self._writers.shutdown(wait=True)
+        self.catalog.close()
 
     # -- extraction ----------------------------------------------------------------------------------------------
     def require_extractor(self) -> Extractor:
@@ -83,44 +114,62 @@ class FeatureLibrary:
                 raise InvalidSample(str(exc)) from None
             prepared.append((parsed, extractor.encode(parsed, index)))
 
-        results: list[ExtractResult] = []
-        for index, (parsed, encoded) in enumerate(prepared):
+        results: list[ExtractResult | None] = [None] * len(prepared)
+        todo: list[tuple[int, EntryKey, bool]] = []
+        for index, (parsed, _) in enumerate(prepared):
             key = EntryKey(parsed.prompt_hash, extractor.revision, backend.value, featureset.id)
             existing = self.catalog.versions(key)
             if existing and not request.force:
-                results.append(
-                    ExtractResult(
-                        prompt_hash=key.prompt_hash, sample_id=parsed.label, status="existing", manifest=existing[0]
-                    )
+                results[index] = ExtractResult(
+                    prompt_hash=key.prompt_hash, sample_id=parsed.label, status="existing", manifest=existing[0]
                 )
-                continue
-            label = f"samples[{index}]" + (f" ({parsed.label})" if parsed.label else "")
-            extraction = extractor.extract(encoded, featureset, backend, label)
-            manifest = Manifest(
-                prompt_hash=key.prompt_hash,
-                model_revision=key.model_revision,
-                backend=key.backend,
-                featureset=featureset,
-                featureset_id=key.featureset_id,
-                content_hash=content_hash(extraction.tensors),
-                sample_id=parsed.label,
-                sample=parsed.identity,
-                num_tokens=extraction.prompt_tokens + extraction.completion_tokens,
-                prompt_tokens=extraction.prompt_tokens,
-                completion_tokens=extraction.completion_tokens,
-                completion_source=extraction.completion_source,
-                tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in extraction.tensors},
-                layer_stats=extraction.layer_stats,
-                fingerprint=extraction.fingerprint,
-                created_at=now(),
+            else:
+                todo.append((index, key, bool(existing)))
+
+        def write(position: int, pending: PendingExtraction) -> None:
+            index, key, had_versions = todo[position]
+            parsed = prepared[index][0]
+            extraction = pending.wait()
+            stored, added = self.record(self._manifest(key, featureset, parsed, extraction), extraction.tensors)
+            status = "existing" if not added else ("version_added" if had_versions else "extracted")
+            results[index] = ExtractResult(
+                prompt_hash=key.prompt_hash, sample_id=parsed.label, status=status, manifest=stored
             )
-            stored, added = self.record(manifest, extraction.tensors)
-            status = "existing" if not added else ("version_added" if existing else "extracted")
-            results.append(
-                ExtractResult(prompt_hash=key.prompt_hash, sample_id=parsed.label, status=status, manifest=stored)
-            )
-        extracted = sum(r.status != "existing" for r in results)
-        return ExtractResponse(results=results, extracted=extracted, existing=len(results) - extracted)
+
+        items = [(prepared[i][1], _label(i, prepared[i][0])) for i, _, _ in todo]
+        in_flight: deque[Future[None]] = deque()
+        try:
+            for position, pending in extractor.extract_many(items, featureset, backend):
+                in_flight.append(self._writers.submit(write, position, pending))
+                while len(in_flight) > self.max_in_flight:
+                    in_flight.popleft().result()
+        finally:
+            for future in in_flight:
+                future.result()
+        done = [r for r in results if r is not None]
+        extracted = sum(r.status != "existing" for r in done)
+        return ExtractResponse(results=done, extracted=extracted, existing=len(done) - extracted)
+
+    @staticmethod
+    def _manifest(key: EntryKey, featureset: FeatureSet, parsed: ParsedSample, extraction: Extraction) -> Manifest:
+        return Manifest(
+            prompt_hash=key.prompt_hash,
+            model_revision=key.model_revision,
+            backend=key.backend,
+            featureset=featureset,
+            featureset_id=key.featureset_id,
+            content_hash=content_hash(extraction.tensors),
+            sample_id=parsed.label,
+            sample=parsed.identity,
+            num_tokens=extraction.prompt_tokens + extraction.completion_tokens,
+            prompt_tokens=extraction.prompt_tokens,
+            completion_tokens=extraction.completion_tokens,
+            completion_source=extraction.completion_source,
+            tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in extraction.tensors},
+            layer_stats=extraction.layer_stats,
+            fingerprint=extraction.fingerprint,
+            created_at=now(),
+        )
 
     def record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
         """Blob first, then its manifest document, then the catalog row: a crash at any point leaves no visible
@@ -128,7 +177,7 @@ class FeatureLibrary:
         if content_hash(tensors) != manifest.content_hash:
             raise CorruptEntry(f"tensors do not hash to {manifest.content_hash}")
         self.store.put_if_absent(manifest.content_hash, tensors)
-        document = manifest.model_copy(update={"seq": None}).model_dump_json().encode()
+        document = manifest.model_copy(update={"seq": None, "audit": None}).model_dump_json().encode()
         self.store.put_manifest(version_name(manifest.key, manifest.content_hash), document)
         return self.catalog.add(manifest)
 
@@ -196,6 +245,107 @@ class FeatureLibrary:
             raise CorruptEntry(f"stored bytes hash to {served_hash}, not {manifest.content_hash}")
         served_layers = stored_layers if positions is None else [stored_layers[p] for p in positions]
         return Served(manifest, tensors, served_layers, span, served_hash)
+
+    def compare(
+        self,
+        prompt_hash: str,
+        a: Backend,
+        b: Backend,
+        model_revision: str | None = None,
+        featureset_id: str | None = None,
+        extract_missing: bool = False,
+    ) -> CompareReport:
+        """Compare the newest versions of two backends' entries for one prompt, extracting a missing side if allowed."""
+        extracted: list[str] = []
+        sides: list[Manifest] = []
+        for backend in (a, b):
+            try:
+                sides.append(self.resolve(prompt_hash, model_revision, backend.value, featureset_id))
+            except EntryNotFound:
+                if not extract_missing:
+                    raise
+                sides.append(self._extract_like(prompt_hash, backend, model_revision, featureset_id))
+                extracted.append(backend.value)
+        first, second = sides
+        if (first.model_revision, first.featureset_id) != (second.model_revision, second.featureset_id):
+            raise AmbiguousEntry("the two entries differ in model_revision or featureset; name both")
+        left, right = self.read(first), self.read(second)
+        if content_hash([left.tensors["input_ids"]]) != content_hash([right.tensors["input_ids"]]):
+            raise InvalidRequest("the two entries hold different tokens, so their features cannot be compared")
+        return CompareReport(
+            prompt_hash=prompt_hash,
+            model_revision=first.model_revision,
+            featureset_id=first.featureset_id,
+            num_tokens=first.num_tokens,
+            a=a.value,
+            b=b.value,
+            a_content_hash=first.content_hash,
+            b_content_hash=second.content_hash,
+            extracted=extracted,
+            layers=compare_hidden_states(
+                left.tensors["hidden_states"], right.tensors["hidden_states"], list(first.featureset.layers)
+            ),
+        )
+
+    def _extract_like(
+        self, prompt_hash: str, backend: Backend, model_revision: str | None, featureset_id: str | None
+    ) -> Manifest:
+        """Extract `backend`'s entry for a prompt whose sample is known from another stored entry."""
+        extractor = self.require_extractor()
+        if model_revision not in (None, extractor.revision):
+            raise InvalidRequest(f"this service runs model_revision {extractor.revision}; it cannot extract another")
+        known = self.catalog.find(EntryFilter(prompt_hash=prompt_hash, featureset_id=featureset_id), limit=1)
+        if not known:
+            raise EntryNotFound(f"no entry for prompt_hash {prompt_hash}: its sample is unknown, so nothing to extract")
+        request = ExtractRequest(samples=[known[0].sample], featureset=known[0].featureset, backend=backend.value)
+        return self.extract(request).results[0].manifest
+
+    def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
+        """Re-extract `sample` stored versions (one sequence per forward, the reference policy) and record whether
+        each reproduces its content hash bit for bit."""
+        extractor = self.require_extractor()
+        available = set(extractor.available_backends())
+        stored = self.catalog.find(EntryFilter(model_revision=extractor.revision, backend=backend), limit=1_000_000)
+        runnable = [m for m in stored if m.backend in available]
+        chosen = random.Random(seed).sample(runnable, min(sample, len(runnable)))
+        results = []
+        for manifest in chosen:
+            parsed = parse_sample(manifest.sample)
+            again = extractor.extract(
+                extractor.encode(parsed),
+                manifest.featureset,
+                Backend(manifest.backend),
+                f"audit of {manifest.prompt_hash[:16]}",
+            )
+            reproduced_hash = content_hash(again.tensors)
+            ok = reproduced_hash == manifest.content_hash
+            record = AuditRecord(
+                status="reproduced" if ok else "mismatch",
+                audited_at=now(),
+                reproduced_hash=reproduced_hash,
+                fingerprint=again.fingerprint,
+            )
+            self.catalog.set_audit(manifest.key, manifest.content_hash, record)
+            results.append(
+                AuditResult(
+                    prompt_hash=manifest.prompt_hash,
+                    backend=manifest.backend,
+                    featureset_id=manifest.featureset_id,
+                    content_hash=manifest.content_hash,
+                    reproduced=ok,
+                    reproduced_hash=reproduced_hash,
+                )
+            )
+        reproduced = sum(r.reproduced for r in results)
+        unrunnable = len(stored) - len(runnable)
+        return AuditReport(
+            total=len(results),
+            reproduced=reproduced,
+            mismatched=len(results) - reproduced,
+            skipped=unrunnable,
+            skipped_reason=f"{unrunnable} stored versions need a backend this host lacks" if unrunnable else None,
+            results=results,
+        )
 
     def entries(self, where: EntryFilter, limit: int, cursor: str | None) -> EntriesPage:
         try:

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from service import __version__
 from service.api import error_handlers
 from service.api.body_limit import BodyLimit
-from service.api.routes import entries, extract, features, health, info
+from service.api.routes import audit, compare, entries, extract, features, health, info
 from service.catalog.sqlite import SqliteCatalog
 from service.extraction.extractor import Extractor
 from service.library import FeatureLibrary
@@ -34,8 +34,12 @@ def build_library(settings: Settings, loaded: LoadedModel | None = None) -> Feat
     store = LocalZarrStore(settings.data_dir, settings.chunk_tokens, settings.write_pause_s)
     catalog = SqliteCatalog(settings.catalog_path)
     loaded = loaded or load_configured_model(settings)
-    extractor = Extractor(loaded, settings.max_sample_tokens, settings.target_ids_chunk) if loaded else None
-    return FeatureLibrary(store, catalog, extractor, settings.default_backend)
+    extractor = (
+        Extractor(loaded, settings.max_sample_tokens, settings.target_ids_chunk, settings.batch_tokens)
+        if loaded
+        else None
+    )
+    return FeatureLibrary(store, catalog, extractor, settings.default_backend, settings.writer_threads)
 
 
 def create_app(settings: Settings | None = None, loaded: LoadedModel | None = None) -> FastAPI:
@@ -45,13 +49,13 @@ def create_app(settings: Settings | None = None, loaded: LoadedModel | None = No
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        library.catalog.close()
+        library.close()
 
     app = FastAPI(title="hsstore", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     app.state.library = library
     error_handlers.install(app)
-    for module in (health, info, extract, features, entries):
+    for module in (health, info, extract, features, entries, compare, audit):
         app.include_router(module.router)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     return app

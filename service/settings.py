@@ -31,6 +31,11 @@ class Settings(BaseSettings):
     chunk_tokens: int = Field(default=256, ge=1, description="inner zarr chunk length along tokens")
     target_ids_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk when computing target_ids")
 
+    batch_tokens: int = Field(
+        default=0, ge=0, description="padded tokens per forward when batching; 0 = one sequence per forward"
+    )
+    writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
+
     # Fault injection for the crash-consistency tests: sleep this long after the first array of a blob is written.
     write_pause_s: float = Field(default=0.0, ge=0.0)
 

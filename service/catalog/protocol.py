@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.keys import EntryKey
-from schemas.manifest import Manifest
+from schemas.manifest import AuditRecord, Manifest
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +28,9 @@ class Catalog(Protocol):
 
     def find(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
         """Versions matching `where` in insertion order, from just after `after_seq`."""
+
+    def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
+        """Attach the outcome of re-extracting one version; it shows in that version's manifest."""
 
     def count(self) -> int: ...
 

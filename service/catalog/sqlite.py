@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from schemas.keys import EntryKey
-from schemas.manifest import Manifest
+from schemas.manifest import AuditRecord, Manifest
 from service.catalog.protocol import EntryFilter
 
 _SCHEMA = """
@@ -20,6 +20,7 @@ CREATE TABLE IF NOT EXISTS versions (
     content_hash   TEXT NOT NULL,
     created_at     TEXT NOT NULL,
     manifest       TEXT NOT NULL,
+    audit          TEXT,
     UNIQUE (prompt_hash, model_revision, backend, featureset_id, content_hash)
 );
 CREATE INDEX IF NOT EXISTS versions_prompt ON versions (prompt_hash);
@@ -40,12 +41,18 @@ class SqliteCatalog:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(versions)")}
+            if "audit" not in columns:  # catalogs written before audits existed
+                self._db.execute("ALTER TABLE versions ADD COLUMN audit TEXT")
 
-    def _row_to_manifest(self, seq: int, document: str) -> Manifest:
-        return Manifest.model_validate_json(document).model_copy(update={"seq": seq})
+    def _row_to_manifest(self, seq: int, document: str, audit: str | None) -> Manifest:
+        update: dict[str, object] = {"seq": seq}
+        if audit is not None:
+            update["audit"] = AuditRecord.model_validate_json(audit)
+        return Manifest.model_validate_json(document).model_copy(update=update)
 
     def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
-        document = manifest.model_copy(update={"seq": None}).model_dump_json()
+        document = manifest.model_copy(update={"seq": None, "audit": None}).model_dump_json()
         values = (*(getattr(manifest, c) for c in _COLUMNS), manifest.created_at, document)
         with self._lock:
             cursor = self._db.execute(
@@ -55,7 +62,7 @@ class SqliteCatalog:
             )
             added = cursor.rowcount == 1
             row = self._db.execute(
-                "SELECT seq, manifest FROM versions WHERE " + " AND ".join(f"{c} = ?" for c in _COLUMNS),
+                "SELECT seq, manifest, audit FROM versions WHERE " + " AND ".join(f"{c} = ?" for c in _COLUMNS),
                 values[: len(_COLUMNS)],
             ).fetchone()
         return self._row_to_manifest(*row), added
@@ -63,7 +70,7 @@ class SqliteCatalog:
     def versions(self, key: EntryKey) -> list[Manifest]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT seq, manifest FROM versions WHERE prompt_hash = ? AND model_revision = ? AND backend = ?"
+                "SELECT seq, manifest, audit FROM versions WHERE prompt_hash = ? AND model_revision = ? AND backend = ?"
                 " AND featureset_id = ? ORDER BY seq DESC",
                 (key.prompt_hash, key.model_revision, key.backend, key.featureset_id),
             ).fetchall()
@@ -80,10 +87,25 @@ class SqliteCatalog:
             params.append(where.since)
         with self._lock:
             rows = self._db.execute(
-                f"SELECT seq, manifest FROM versions WHERE {' AND '.join(clauses)} ORDER BY seq LIMIT ?",
+                f"SELECT seq, manifest, audit FROM versions WHERE {' AND '.join(clauses)} ORDER BY seq LIMIT ?",
                 (*params, limit),
             ).fetchall()
         return [self._row_to_manifest(*row) for row in rows]
+
+    def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
+        with self._lock:
+            self._db.execute(
+                "UPDATE versions SET audit = ? WHERE prompt_hash = ? AND model_revision = ? AND backend = ?"
+                " AND featureset_id = ? AND content_hash = ?",
+                (
+                    record.model_dump_json(),
+                    key.prompt_hash,
+                    key.model_revision,
+                    key.backend,
+                    key.featureset_id,
+                    content_hash,
+                ),
+            )
 
     def count(self) -> int:
         with self._lock:

@@ -1,19 +1,25 @@
-"""The extractor: one loaded model, one forward at a time, every result labelled with the kernels that ran."""
+"""The extractor: one loaded model, one forward at a time, every result labelled with the kernels that ran.
+
+Batches run on the calling thread; each result's device-to-host copy runs on a side stream into pinned memory, so
+the next forward overlaps the copy, and the caller's writer threads overlap hashing, compression and writing.
+"""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 import transformers
 
 from schemas.backend import Backend, Fingerprint
-from schemas.featureset import FINAL_NORM, FeatureSet
+from schemas.featureset import FeatureSet
 from schemas.manifest import LayerStats
 from schemas.samples import ParsedSample
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
+from service.extraction.batching import describe, plan_batches
 from service.extraction.encode import EncodedPrompt, encode
 from service.extraction.lean_forward import capture, chunked_argmax
 from service.extraction.stats import layer_stats
@@ -31,12 +37,38 @@ class Extraction:
     completion_source: str | None
 
 
+class PendingExtraction:
+    """An extraction whose tensors may still be on their way to host memory; `wait()` from any thread."""
+
+    def __init__(self, host: dict[str, torch.Tensor], done: torch.cuda.Event | None, extraction: Extraction) -> None:
+        self._host = host
+        self._done = done
+        self._extraction = extraction
+
+    def wait(self) -> Extraction:
+        if self._done is not None:
+            self._done.synchronize()
+            self._done = None
+        return self._extraction
+
+
+@dataclass(frozen=True, slots=True)
+class _Sequence:
+    ids: list[int]
+    prompt_tokens: int
+    completion_source: str | None
+
+
 class Extractor:
-    def __init__(self, loaded: LoadedModel, max_sample_tokens: int, target_ids_chunk: int = 1024) -> None:
+    def __init__(
+        self, loaded: LoadedModel, max_sample_tokens: int, target_ids_chunk: int = 1024, batch_tokens: int = 0
+    ) -> None:
         self.loaded = loaded
         self.max_sample_tokens = max_sample_tokens
         self.target_ids_chunk = target_ids_chunk
+        self.batch_tokens = batch_tokens
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
+        self._copy_stream = torch.cuda.Stream(loaded.device) if loaded.device.type == "cuda" else None
 
     @property
     def num_layers(self) -> int:
@@ -56,7 +88,7 @@ class Extractor:
         """Tokenise without running the model, so bad input is refused before any work."""
         return encode(parsed, self.loaded.tokenizer, int(self.loaded.config.vocab_size), self.max_sample_tokens, index)
 
-    def fingerprint(self, backend: Backend) -> Fingerprint:
+    def fingerprint(self, backend: Backend, batch_tokens: int) -> Fingerprint:
         device = self.loaded.device
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         return Fingerprint(
@@ -68,44 +100,111 @@ class Extractor:
             dtype=str(self.loaded.model.dtype).removeprefix("torch."),
             attn_implementation=str(self.loaded.config._attn_implementation),
             kernels=self.loaded.kernels.plan(backend),
+            batching=describe(batch_tokens),
         )
 
     def extract(self, encoded: EncodedPrompt, featureset: FeatureSet, backend: Backend, label: str) -> Extraction:
+        """One sequence, one forward: the reference policy the audit compares against."""
+        ((_, pending),) = self.extract_many([(encoded, label)], featureset, backend, batch_tokens=0)
+        return pending.wait()
+
+    def extract_many(
+        self,
+        items: Sequence[tuple[EncodedPrompt, str]],
+        featureset: FeatureSet,
+        backend: Backend,
+        batch_tokens: int | None = None,
+    ) -> Iterator[tuple[int, PendingExtraction]]:
+        """Yield (index into `items`, pending extraction) as batches finish, longest sequences first."""
+        budget = self.batch_tokens if batch_tokens is None else batch_tokens
         loaded = self.loaded
-        device = loaded.device
-        with self._lock, torch.inference_mode(), loaded.kernels.running(backend):
-            prompt = torch.tensor([encoded.prompt_ids], dtype=torch.long, device=device)
-            if encoded.greedy_max_new_tokens is not None:
-                generated = loaded.model.generate(
-                    prompt,
-                    attention_mask=torch.ones_like(prompt),
-                    max_new_tokens=encoded.greedy_max_new_tokens,
-                    do_sample=False,
-                )
-                completion = generated[0, prompt.shape[1] :].tolist()
-            else:
-                completion = encoded.completion_ids or []
-            ids = torch.tensor([encoded.prompt_ids + completion], dtype=torch.long, device=device)
-            captured = capture(loaded.body, ids, featureset, self.num_layers)
-            hidden = torch.stack([captured[layer] for layer in featureset.layers], dim=1)
-            stats = layer_stats(hidden, list(featureset.layers), label)
-            tensors = [
-                from_torch("hidden_states", hidden),
-                from_torch("input_ids", ids[0].to(torch.int32)),
-            ]
-            if featureset.target_ids:
-                lm_head = loaded.model.get_output_embeddings()
-                target = chunked_argmax(lm_head, captured[FINAL_NORM], self.target_ids_chunk)
-                tensors.append(from_torch("target_ids", target))
-            if encoded.completion_source is not None:
-                mask = torch.zeros(ids.shape[1], dtype=torch.uint8)
-                mask[len(encoded.prompt_ids) :] = 1
-                tensors.append(from_torch("loss_mask", mask))
-        return Extraction(
-            tensors=tensors,
+        with self._lock, torch.inference_mode(), loaded.kernels.running(backend) as run:
+            sequences = [self._complete(encoded) for encoded, _ in items]
+            run.verify()
+            fingerprint = self.fingerprint(backend, budget)
+            for batch in plan_batches([len(s.ids) for s in sequences], budget):
+                rows = [sequences[i] for i in batch]
+                hidden, target = self._forward(rows, featureset)
+                run.verify()  # nothing leaves this function labelled with kernels that did not run
+                for row, index in enumerate(batch):
+                    yield (
+                        index,
+                        self._finish(rows[row], hidden[row], target, row, featureset, fingerprint, items[index][1]),
+                    )
+
+    def _complete(self, encoded: EncodedPrompt) -> _Sequence:
+        completion = encoded.completion_ids or []
+        if encoded.greedy_max_new_tokens is not None:
+            prompt = torch.tensor([encoded.prompt_ids], dtype=torch.long, device=self.loaded.device)
+            generated = self.loaded.model.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=encoded.greedy_max_new_tokens,
+                do_sample=False,
+            )
+            completion = generated[0, prompt.shape[1] :].tolist()
+        return _Sequence(encoded.prompt_ids + completion, len(encoded.prompt_ids), encoded.completion_source)
+
+    def _forward(self, rows: list[_Sequence], featureset: FeatureSet) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[B, T, n_layers, H] hidden states (right-padded) and, if asked, [B, T] target ids."""
+        longest = max(len(r.ids) for r in rows)
+        ids = torch.zeros((len(rows), longest), dtype=torch.long)
+        for row, seq in enumerate(rows):
+            ids[row, : len(seq.ids)] = torch.tensor(seq.ids)
+        # No padding mask: pads sit after every real token and every layer is causal, so real tokens never see them,
+        # and the kernels stay the unmasked ones a sequence alone runs.
+        hidden, normed = capture(self.loaded.body, ids.to(self.loaded.device), featureset)
+        target = None
+        if normed is not None:
+            lm_head = self.loaded.model.get_output_embeddings()
+            target = torch.stack(
+                [chunked_argmax(lm_head, normed[row], self.target_ids_chunk) for row in range(len(rows))]
+            )
+        return hidden, target
+
+    def _finish(
+        self,
+        seq: _Sequence,
+        padded_hidden: torch.Tensor,
+        target: torch.Tensor | None,
+        row: int,
+        featureset: FeatureSet,
+        fingerprint: Fingerprint,
+        label: str,
+    ) -> PendingExtraction:
+        length = len(seq.ids)
+        device_tensors: dict[str, torch.Tensor] = {"hidden_states": padded_hidden[:length]}
+        if target is not None:
+            device_tensors["target_ids"] = target[row, :length]
+        stats = layer_stats(device_tensors["hidden_states"], list(featureset.layers), label)
+        host, done = self._to_host(device_tensors)
+        host["input_ids"] = torch.tensor(seq.ids, dtype=torch.int32)
+        if seq.completion_source is not None:
+            mask = torch.zeros(length, dtype=torch.uint8)
+            mask[seq.prompt_tokens :] = 1
+            host["loss_mask"] = mask
+        extraction = Extraction(
+            tensors=[from_torch(name, tensor) for name, tensor in host.items()],
             layer_stats=stats,
-            fingerprint=self.fingerprint(backend),
-            prompt_tokens=len(encoded.prompt_ids),
-            completion_tokens=len(completion),
-            completion_source=encoded.completion_source,
+            fingerprint=fingerprint,
+            prompt_tokens=seq.prompt_tokens,
+            completion_tokens=length - seq.prompt_tokens,
+            completion_source=seq.completion_source,
         )
+        return PendingExtraction(host, done, extraction)
+
+    def _to_host(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.cuda.Event | None]:
+        if self._copy_stream is None:
+            return {name: t.contiguous() for name, t in tensors.items()}, None
+        compute = torch.cuda.current_stream(self.loaded.device)
+        self._copy_stream.wait_stream(compute)
+        host: dict[str, torch.Tensor] = {}
+        with torch.cuda.stream(self._copy_stream):
+            for name, tensor in tensors.items():
+                source = tensor.contiguous()
+                host[name] = torch.empty(source.shape, dtype=source.dtype, pin_memory=True)
+                host[name].copy_(source, non_blocking=True)
+                source.record_stream(self._copy_stream)  # keep the device memory alive until the copy is done
+            done = torch.cuda.Event()
+            done.record(self._copy_stream)
+        return host, done

@@ -82,19 +82,20 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def text_config(tokenizer: PreTrainedTokenizerFast, num_layers: int = 8) -> Qwen3_5TextConfig:
+def text_config(tokenizer: PreTrainedTokenizerFast, num_layers: int = 8, head_dim: int = 16) -> Qwen3_5TextConfig:
+    """`head_dim` 16 gives the 64-wide CPU model; 64 a 256-wide one whose shapes fla's GPU kernels are tuned for."""
     return Qwen3_5TextConfig(
         vocab_size=VOCAB_SIZE,
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=4 * head_dim,
+        intermediate_size=8 * head_dim,
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=16,
+        head_dim=head_dim,
         linear_num_key_heads=2,
         linear_num_value_heads=4,
-        linear_key_head_dim=16,
-        linear_value_head_dim=16,
+        linear_key_head_dim=head_dim,
+        linear_value_head_dim=head_dim,
         linear_conv_kernel_dim=4,
         full_attention_interval=4,
         max_position_embeddings=65536,
@@ -122,13 +123,13 @@ def _randomise(model: torch.nn.Module) -> None:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.08)
 
 
-def build_devmodel(out_dir: Path, multimodal: bool = False, num_layers: int = 8) -> Path:
+def build_devmodel(out_dir: Path, multimodal: bool = False, num_layers: int = 8, head_dim: int = 16) -> Path:
     """Write the tiny model to `out_dir` and return it."""
     out_dir = Path(out_dir)
     hf_logging.disable_progress_bar()
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
-    config = text_config(tokenizer, num_layers)
+    config = text_config(tokenizer, num_layers, head_dim)
     torch.manual_seed(SEED)
     model: torch.nn.Module
     if multimodal:
@@ -143,7 +144,7 @@ def build_devmodel(out_dir: Path, multimodal: bool = False, num_layers: int = 8)
                 "patch_size": 4,
                 "spatial_merge_size": 2,
                 "temporal_patch_size": 2,
-                "out_hidden_size": 64,
+                "out_hidden_size": config.hidden_size,
                 "num_position_embeddings": 64,
             },
             image_token_id=ids("<|image_pad|>"),

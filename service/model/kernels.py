@@ -118,13 +118,13 @@ class KernelSet:
         return plan
 
     @contextlib.contextmanager
-    def running(self, backend: Backend) -> Iterator[dict[str, str]]:
-        """Bind `backend`'s kernels for one forward; yields the record of implementations actually called."""
-        calls: dict[str, str] = {}
+    def running(self, backend: Backend) -> Iterator[KernelRun]:
+        """Bind `backend`'s kernels while the block runs; the KernelRun records what each call really used."""
+        run = KernelRun(backend)
 
         def recorder(name: str, fn: Callable[..., Any], used: str) -> Callable[..., Any]:
             def call(*args: Any, **kwargs: Any) -> Any:
-                calls[name] = used
+                run.calls[name] = used
                 return fn(*args, **kwargs)
 
             return call
@@ -139,13 +139,23 @@ class KernelSet:
                         reference = getattr(wrapper, "__wrapped__", wrapper)
                         chosen, used = reference, origin(reference)
                     setattr(self.module, name, recorder(name, chosen, used))
-                yield calls
+                yield run
             finally:
                 for name, wrapper in self.wrappers.items():
                     setattr(self.module, name, wrapper)
-        measured = measured_backend(calls)
-        if measured is not None and measured != backend:
-            raise BackendMismatch(f"asked for {backend.value} but the kernels that ran were {calls}")
+        run.verify()
+
+
+@dataclass
+class KernelRun:
+    backend: Backend
+    calls: dict[str, str] = field(default_factory=dict)
+
+    def verify(self) -> None:
+        """Raise BackendMismatch if the calls so far add up to another backend than the one asked for."""
+        measured = measured_backend(self.calls)
+        if measured is not None and measured != self.backend:
+            raise BackendMismatch(f"asked for {self.backend.value} but the kernels that ran were {self.calls}")
 
 
 def _needs(backend: Backend, role: str) -> bool:

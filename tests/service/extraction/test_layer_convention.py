@@ -51,12 +51,12 @@ def test_lean_forward_stops_after_the_last_needed_layer(tiny_loaded: LoadedModel
     ]
     try:
         with torch.inference_mode():
-            captured = capture(tiny_loaded.body, torch.tensor([[5, 6, 7, 8]]), FeatureSet(layers=[1, 3]), 8)
+            hidden, normed = capture(tiny_loaded.body, torch.tensor([[5, 6, 7, 8]]), FeatureSet(layers=[1, 3]))
     finally:
         for handle in handles:
             handle.remove()
     assert ran == [0, 1, 2, 3]
-    assert set(captured) == {1, 3}
+    assert hidden.shape == (1, 4, 2, 64) and normed is None
 
 
 def test_target_ids_are_the_argmax_of_full_logits(client: FeatureClient, tiny_loaded: LoadedModel) -> None:

@@ -83,10 +83,10 @@ def test_fla_without_causal_conv1d_is_refused_naming_the_package() -> None:
 def test_forced_backends_run_and_record_what_ran(backend: Backend) -> None:
     module = fake_module(conv_fast=True, rule_fast=True)
     kernels = KernelSet(module)
-    with kernels.running(backend) as calls:
+    with kernels.running(backend) as run:
         conv = module.causal_conv1d_fn()
         rule = module.torch_chunk_gated_delta_rule()
-    assert measured_backend(calls) == backend
+    assert measured_backend(run.calls) == backend
     assert conv[0] == ("causal_conv1d" if backend == Backend.FLA else "torch")
     assert rule[0] == ("torch" if backend == Backend.TORCH else "fla")
     assert module.causal_conv1d_fn is kernels.wrappers["causal_conv1d_fn"]  # restored afterwards

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from schemas.api import AuditReport, AuditRequest
+from service.api.deps import LibraryDep, WriteScope
+from service.api.queries import check_backend
+
+router = APIRouter(tags=["audit"])
+
+
+@router.post("/v1/audit", dependencies=[WriteScope])
+def audit(request: AuditRequest, library: LibraryDep) -> AuditReport:
+    return library.audit(request.sample, check_backend(request.backend), request.seed)
