@@ -6,6 +6,8 @@ import hashlib
 import re
 from pathlib import Path
 
+from schemas.prompt_hash import canonical_json
+
 _SNAPSHOT = re.compile(r"^[0-9a-f]{40}$")
 # Files that change the computation: config, generation config, tokenizer, weights (and their index).
 _DEFINING = re.compile(
@@ -46,3 +48,8 @@ def model_revision(model_dir: Path, file_hashes: dict[str, str] | None = None) -
         raise FileNotFoundError(f"{model_dir} holds no config, tokenizer or weight files")
     listing = "".join(f"{rel}\t{sha}\n" for rel, sha in sorted(file_hashes.items()))
     return "sha256:" + hashlib.sha256(listing.encode()).hexdigest()
+
+
+def synthetic_revision(config: dict, seed: int) -> str:
+    """The revision of a model built in memory from a config and a seed (benchmarks; no files to hash)."""
+    return "sha256:" + hashlib.sha256(canonical_json({"config": config, "seed": seed})).hexdigest()

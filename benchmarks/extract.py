@@ -1,0 +1,248 @@
+"""Extraction benchmark on one GPU, 27B shape, 5 DFlash layers, side by side in one process:
+
+  naive  HF `model(input_ids, output_hidden_states=True)` (logits included), one sequence at a time, layers picked
+         from the tuple: the forward alone, nothing copied or written.
+  e2e    the service's extraction path: FeatureLibrary.extract over the same sequences (lean forward, optional
+         bit-checked batching, side-stream copy to pinned memory, hashing + compression + zarr write + catalog in
+         writer threads).
+
+Then: a batching calibration (batched vs one-by-one bits on this device), an audit of stored entries, and compare
+reports fla vs torch and fla vs fla-noconv. Prints ratios and writes one JSON record.
+
+    python benchmarks/extract.py --tokens 200000 --out benchmarks/results/extract-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from schemas.api import ExtractRequest
+from schemas.backend import Backend
+from schemas.content_hash import content_hash
+from schemas.featureset import FeatureSet
+from schemas.samples import parse_sample
+from service.main import build_library
+from service.model.kernels import version_of
+from service.model.synthetic import build_synthetic
+from service.settings import Settings
+
+GB = 1e9
+
+
+def lengths_totalling(tokens: int, low: int, high: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    out: list[int] = []
+    while sum(out) < tokens:
+        out.append(rng.randint(low, high))
+    return out
+
+
+def random_ids(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab - 1024, (n,), generator=generator).tolist() for n in lengths]
+
+
+def peak_since(base: int) -> float:
+    return (torch.cuda.max_memory_allocated() - base) / GB
+
+
+def naive(model: torch.nn.Module, sequences: list[list[int]], layers: list[int]) -> tuple[float, float]:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for ids in sequences:
+            out = model(input_ids=torch.tensor([ids], device="cuda"), output_hidden_states=True, use_cache=False)
+            features = torch.stack([out.hidden_states[layer + 1] for layer in layers], dim=2)
+            del out, features
+    torch.cuda.synchronize()
+    return time.perf_counter() - start, peak_since(base)
+
+
+def calibrate_batching(library, sequences: list[list[int]], featureset: FeatureSet, batch_tokens: int) -> dict:
+    """Do right-padded causal batches give the same bits as one sequence per forward on this device?"""
+    extractor = library.extractor
+    items = [(extractor.encode(parse_sample({"token_ids": ids})), f"probe {i}") for i, ids in enumerate(sequences)]
+    single = {i: content_hash(p.wait().tensors) for i, p in extractor.extract_many(items, featureset, Backend.FLA, 0)}
+    batched = {
+        i: content_hash(p.wait().tensors)
+        for i, p in extractor.extract_many(items, featureset, Backend.FLA, batch_tokens)
+    }
+    equal = [single[i] == batched[i] for i in range(len(sequences))]
+    return {"batch_tokens": batch_tokens, "lengths": [len(s) for s in sequences], "bitwise_equal": equal}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tokens", type=int, default=200_000)
+    parser.add_argument("--min-len", type=int, default=256)
+    parser.add_argument("--max-len", type=int, default=8192)
+    parser.add_argument("--layers", type=int, default=64, help="decoder layers of the 27B-shaped model")
+    parser.add_argument("--batch-tokens", type=int, default=16384)
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--audit", type=int, default=20)
+    parser.add_argument("--compare-tokens", type=int, default=2048)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    record: dict = {
+        "command": " ".join(["python", *sys.argv]),
+        "device": torch.cuda.get_device_name(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": version_of("transformers"),
+            "flash-linear-attention": version_of("flash-linear-attention"),
+            "causal-conv1d": version_of("causal-conv1d"),
+            "zarr": version_of("zarr"),
+        },
+    }
+    started = time.perf_counter()
+    loaded = build_synthetic("cuda", num_layers=args.layers)
+    weights_gb = torch.cuda.memory_allocated() / GB
+    record["model"] = {
+        "shape": "Qwen3.5-27B",
+        "layers": args.layers,
+        "weights_gb": weights_gb,
+        "params_b": sum(p.numel() for p in loaded.model.parameters()) / 1e9,
+        "build_s": time.perf_counter() - started,
+    }
+    featureset = FeatureSet.default_for(64) if args.layers == 64 else FeatureSet.default_for(args.layers)
+    layers = [int(layer) for layer in featureset.layers]
+    record["featureset"] = featureset.canonical()
+    print(f"model built: {record['model']}", flush=True)
+
+    store = Path(tempfile.mkdtemp(prefix="hsstore-bench-"))
+    settings = Settings(data_dir=store, device="cuda", writer_threads=args.writers, batch_tokens=0)
+    library = build_library(settings, loaded)
+    vocab = int(loaded.config.vocab_size)
+
+    # Warm-up: fla's Triton kernels JIT-compile on first use (~45 s), cuBLAS picks its algorithms.
+    warm = random_ids([512, 700], vocab, seed=99)
+    t0 = time.perf_counter()
+    naive(loaded.model, warm, layers)
+    library.extract(ExtractRequest(samples=[{"token_ids": ids} for ids in warm], featureset=featureset, backend="fla"))
+    record["warmup_s"] = time.perf_counter() - t0
+    print(f"warm-up {record['warmup_s']:.1f}s", flush=True)
+
+    probe = random_ids([300, 1000, 2048, 2047, 777, 4096], vocab, seed=7)
+    record["batching_calibration"] = calibrate_batching(library, probe, featureset, args.batch_tokens)
+    batching_safe = all(record["batching_calibration"]["bitwise_equal"])
+    print(f"batching calibration: {record['batching_calibration']}", flush=True)
+
+    lengths = lengths_totalling(args.tokens, args.min_len, args.max_len, seed=0)
+    sequences = random_ids(lengths, vocab, seed=1)
+    total = sum(lengths)
+    record["tokens"] = total
+    record["sequences"] = len(lengths)
+
+    naive_s, naive_peak = naive(loaded.model, sequences, layers)
+    record["naive_tok_s"] = total / naive_s
+    record["naive_peak_gb"] = naive_peak
+    print(f"naive: {record['naive_tok_s']:.0f} tok/s, peak activations {naive_peak:.2f} GB", flush=True)
+
+    def e2e(batch_tokens: int, subdir: str) -> tuple[float, float]:
+        run_settings = settings.model_copy(update={"data_dir": store / subdir, "batch_tokens": batch_tokens})
+        run = build_library(run_settings, loaded)
+        request = ExtractRequest(
+            samples=[{"token_ids": ids} for ids in sequences], featureset=featureset, backend="fla"
+        )
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        t = time.perf_counter()
+        response = run.extract(request)
+        elapsed = time.perf_counter() - t
+        assert response.extracted == len(sequences), response.extracted
+        run.close()
+        return elapsed, peak_since(base)
+
+    single_s, single_peak = e2e(0, "e2e-single")
+    record["e2e_single_tok_s"] = total / single_s
+    record["e2e_single_peak_gb"] = single_peak
+    print(f"e2e one sequence per forward: {total / single_s:.0f} tok/s, peak {single_peak:.2f} GB", flush=True)
+    if batching_safe:
+        batched_s, batched_peak = e2e(args.batch_tokens, "e2e-batched")
+        record["e2e_batched_tok_s"] = total / batched_s
+        record["e2e_batched_peak_gb"] = batched_peak
+        print(f"e2e batched: {total / batched_s:.0f} tok/s, peak {batched_peak:.2f} GB", flush=True)
+    # The service's policy on this device: batching only where the calibration showed identical bits.
+    best = "batched" if batching_safe and record["e2e_batched_tok_s"] > record["e2e_single_tok_s"] else "single"
+    record["e2e_policy"] = best
+    record["e2e_tok_s"] = record[f"e2e_{best}_tok_s"]
+    record["e2e_peak_gb"] = record[f"e2e_{best}_peak_gb"]
+    record["speedup"] = record["e2e_tok_s"] / record["naive_tok_s"]
+    record["peak_ratio"] = record["e2e_peak_gb"] / record["naive_peak_gb"]
+    store_bytes = sum(p.stat().st_size for p in (store / f"e2e-{best}" / "blobs").rglob("*") if p.is_file())
+    record["stored_bytes_per_token"] = store_bytes / total
+    record["raw_bytes_per_token"] = len(layers) * int(loaded.config.hidden_size) * 2 + 4
+    print(f"e2e/naive tokens/s: {record['speedup']:.3f}x; peak activations {record['peak_ratio']:.3f}x", flush=True)
+
+    audited = build_library(settings.model_copy(update={"data_dir": store / f"e2e-{best}"}), loaded)
+    audit = audited.audit(args.audit, seed=0)
+    record["audit_total"] = audit.total
+    record["audit_reproduced"] = audit.reproduced
+    record["audit_mismatched"] = [r.prompt_hash for r in audit.results if not r.reproduced]
+    print(f"audit: {audit.reproduced}/{audit.total} reproduced bit for bit", flush=True)
+
+    compare_ids = random_ids([args.compare_tokens], vocab, seed=3)[0]
+    audited.extract(ExtractRequest(samples=[{"token_ids": compare_ids}], featureset=featureset, backend="fla"))
+    prompt = parse_sample({"token_ids": compare_ids}).prompt_hash
+    record["compare"] = {}
+    for other in (Backend.TORCH, Backend.FLA_NOCONV):
+        t = time.perf_counter()
+        report = audited.compare(prompt, Backend.FLA, other, extract_missing=True)
+        record["compare"][f"fla_vs_{other.value}"] = {
+            "tokens": report.num_tokens,
+            "seconds": time.perf_counter() - t,
+            "layers": [row.model_dump() for row in report.layers],
+        }
+        print(
+            f"compare fla vs {other.value}: "
+            + ", ".join(
+                f"L{row.layer} cos {row.cosine_mean:.5f}/{row.cosine_min:.4f} max|d| {row.max_abs_diff:.3g} "
+                f"eq {row.bitwise_equal_fraction:.3f}"
+                for row in report.layers
+            ),
+            flush=True,
+        )
+    audited.close()
+    shutil.rmtree(store, ignore_errors=True)
+
+    record["total_s"] = time.perf_counter() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2))
+    print(
+        json.dumps(
+            {
+                k: record[k]
+                for k in (
+                    "e2e_tok_s",
+                    "naive_tok_s",
+                    "speedup",
+                    "e2e_peak_gb",
+                    "naive_peak_gb",
+                    "peak_ratio",
+                    "audit_total",
+                    "audit_reproduced",
+                )
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
