@@ -95,6 +95,7 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--audit", type=int, default=20)
     parser.add_argument("--compare-tokens", type=int, default=2048)
+    parser.add_argument("--gpu-tests-log", type=Path, help="`pytest -rA` output of the gpu tests, to record")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -170,6 +171,16 @@ def main() -> None:
         run.close()
         return elapsed, peak_since(base)
 
+    # The lean forward alone (no copy, hash or write), to show what the writing pipeline costs on top of it.
+    extractor = library.extractor
+    items = [(extractor.encode(parse_sample({"token_ids": ids})), "lean") for ids in sequences]
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _, pending in extractor.extract_many(items, featureset, Backend.FLA, 0):
+        pending.wait()
+    record["lean_forward_tok_s"] = total / (time.perf_counter() - t)
+    print(f"lean forward alone: {record['lean_forward_tok_s']:.0f} tok/s", flush=True)
+
     single_s, single_peak = e2e(0, "e2e-single")
     record["e2e_single_tok_s"] = total / single_s
     record["e2e_single_peak_gb"] = single_peak
@@ -222,6 +233,13 @@ def main() -> None:
     audited.close()
     shutil.rmtree(store, ignore_errors=True)
 
+    if args.gpu_tests_log and args.gpu_tests_log.exists():
+        outcomes = {}
+        for line in args.gpu_tests_log.read_text().splitlines():
+            word, _, test = line.partition(" ")
+            if word in ("PASSED", "FAILED", "ERROR", "SKIPPED") and "::" in test:
+                outcomes[test.split(" ")[0]] = word
+        record["gpu_tests"] = outcomes
     record["total_s"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2))
