@@ -1,5 +1,6 @@
 """The hsstore client: fetch verified hidden-state features over HTTP without loading the model."""
 
+from client.cache import FeatureCache
 from client.client import DEFAULT_URL, FeatureClient
 from client.errors import (
     AmbiguousError,
@@ -13,6 +14,7 @@ from client.errors import (
     ServerError,
 )
 from client.features import Features
+from client.torch_data import EntryStream, FeatureDataset, pack_collate, pad_collate
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash
 
@@ -21,7 +23,10 @@ __all__ = [
     "AmbiguousError",
     "AuthError",
     "BackendUnavailableError",
+    "EntryStream",
+    "FeatureCache",
     "FeatureClient",
+    "FeatureDataset",
     "FeatureSet",
     "Features",
     "HsstoreError",
@@ -30,5 +35,7 @@ __all__ = [
     "ModelUnavailableError",
     "NotFoundError",
     "ServerError",
+    "pack_collate",
+    "pad_collate",
     "prompt_hash",
 ]

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from client.errors import HsstoreError, error_for
+from client.cache import FeatureCache
+from client.errors import HsstoreError, IntegrityError, error_for
 from client.features import Features, decode_verified
+from schemas import wire
 from schemas.api import AuditReport, CompareReport, EntriesPage, ExtractResponse, Info
 from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import Manifest
@@ -27,13 +31,21 @@ class FeatureClient:
         *,
         timeout: float = 600.0,
         http: httpx.Client | None = None,
+        cache: FeatureCache | str | Path | None = None,
+        max_connections: int = 16,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._owns_http = http is None
-        self._http = http or httpx.Client(base_url=base_url, timeout=timeout)
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http = http or httpx.Client(base_url=base_url, timeout=timeout, limits=limits)
         self._http.headers.update(headers)
+        self.cache = FeatureCache(cache) if isinstance(cache, str | Path) else cache
+        self._pool: ThreadPoolExecutor | None = None
+        self._max_connections = max_connections
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
         if self._owns_http:
             self._http.close()
 
@@ -81,13 +93,72 @@ class FeatureClient:
         tokens: tuple[int | None, int | None] | None = None,
         content_hash: str | None = None,
     ) -> Features:
-        """Fetch one entry's features, verified. Name the prompt (hashed here) or its prompt_hash."""
+        """Fetch one entry's features, verified. Name the prompt (hashed here) or its prompt_hash. A full entry pinned
+        by content hash is served from the cache when it is there, without any request."""
+        whole = layers is None and tokens is None
+        if self.cache is not None and content_hash is not None and whole:
+            cached = self.cache.get(content_hash)
+            if cached is not None:
+                return cached
         url, params = self._features_url(prompt, prompt_hash, backend, model_revision, featureset, content_hash)
         if layers is not None:
             params["layers"] = ",".join(str(layer) for layer in layers)
         if tokens is not None:
-            params["tokens"] = f"{'' if tokens[0] is None else tokens[0]}:{'' if tokens[1] is None else tokens[1]}"
-        return decode_verified(self._request("GET", url, params=params).content)
+            params["tokens"] = _token_range(tokens)
+        return self._received(self._receive("GET", url, params=params))
+
+    def get_many(self, keys: Sequence[Mapping[str, Any]]) -> list[Features]:
+        """`get(**key)` for every key, in parallel over the connection pool; results in order."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._max_connections, thread_name_prefix="hsstore-client")
+        return list(self._pool.map(lambda key: self.get(**key), keys))
+
+    def get_batch(self, keys: Sequence[Mapping[str, Any]]) -> list[Features]:
+        """Several entries in one request through `POST /v1/features:batch`; each body verified."""
+        wanted = []
+        for key in keys:
+            item = {k: v for k, v in key.items() if v is not None and k != "prompt"}
+            if "prompt" in key:
+                item["prompt_hash"] = hash_prompt(key["prompt"])
+            if "featureset" in item and isinstance(item["featureset"], FeatureSet):
+                item["featureset"] = item["featureset"].id
+            if "tokens" in item and not isinstance(item["tokens"], str):
+                item["tokens"] = _token_range(item["tokens"])
+            if "layers" in item:
+                item["layers"] = list(item["layers"])
+            wanted.append(item)
+        body = self._request("POST", "/v1/features:batch", json={"keys": wanted}).content
+        try:
+            frames = wire.split_frames(body)
+        except wire.WireFormatError as exc:
+            raise IntegrityError(f"malformed batch body: {exc}") from None
+        if len(frames) != len(wanted):
+            raise IntegrityError(f"asked for {len(wanted)} entries, received {len(frames)}")
+        return [self._received(frame) for frame in frames]
+
+    def _receive(self, method: str, url: str, **kwargs: Any) -> bytearray | bytes:
+        """The body, streamed into one buffer sized by Content-Length (no list of chunks joined afterwards)."""
+        with self._http.stream(method, url, **kwargs) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise _error(response)
+            length = response.headers.get("content-length")
+            if length is None or not length.isdigit():
+                return response.read()
+            body = bytearray(int(length))
+            view, filled = memoryview(body), 0
+            for chunk in response.iter_raw():
+                view[filled : filled + len(chunk)] = chunk
+                filled += len(chunk)
+            if filled != len(body):
+                raise IntegrityError(f"received {filled} of {len(body)} bytes")
+            return body
+
+    def _received(self, body: bytes | bytearray | memoryview) -> Features:
+        features = decode_verified(body)
+        if self.cache is not None:
+            self.cache.put(features, body)
+        return features
 
     def exists(
         self,
@@ -179,6 +250,10 @@ class FeatureClient:
             if value is not None:
                 params[name] = value
         return f"/v1/features/{key}", params
+
+
+def _token_range(tokens: tuple[int | None, int | None]) -> str:
+    return f"{'' if tokens[0] is None else tokens[0]}:{'' if tokens[1] is None else tokens[1]}"
 
 
 def _featureset_id(featureset: FeatureSet | str | None) -> str | None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schemas.backend import Backend
 from schemas.featureset import FeatureSet, LayerId
+from schemas.keys import is_content_hash, is_featureset_id, is_model_revision, is_prompt_hash
 from schemas.manifest import Manifest
+from schemas.tokens import TokenRange, parse_token_range
 
 
 class ExtractRequest(BaseModel):
@@ -106,3 +109,68 @@ class AuditReport(BaseModel):
     skipped: int
     skipped_reason: str | None = None
     results: list[AuditResult]
+
+
+class FeatureKey(BaseModel):
+    """One entry (and optionally part of it) in a batch read; omitted key parts must be unambiguous."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_hash: str
+    model_revision: str | None = None
+    backend: str | None = None
+    featureset: str | None = None
+    content_hash: str | None = None
+    layers: list[LayerId] | None = None
+    tokens: str | None = Field(default=None, description="half-open token range a:b")
+
+    @field_validator("prompt_hash")
+    @classmethod
+    def _prompt_hash(cls, value: str) -> str:
+        if not is_prompt_hash(value):
+            raise ValueError("prompt_hash must be 64 lowercase hex characters")
+        return value
+
+    @field_validator("content_hash")
+    @classmethod
+    def _content_hash(cls, value: str | None) -> str | None:
+        if value is not None and not is_content_hash(value):
+            raise ValueError("content_hash must be 'sha256:' + 64 lowercase hex")
+        return value
+
+    @field_validator("model_revision")
+    @classmethod
+    def _model_revision(cls, value: str | None) -> str | None:
+        if value is not None and not is_model_revision(value):
+            raise ValueError("model_revision must be a 40-hex commit or 'sha256:' + 64 hex")
+        return value
+
+    @field_validator("featureset")
+    @classmethod
+    def _featureset(cls, value: str | None) -> str | None:
+        if value is not None and not is_featureset_id(value):
+            raise ValueError("featureset must be a 16-hex featureset id")
+        return value
+
+    @field_validator("backend")
+    @classmethod
+    def _backend(cls, value: str | None) -> str | None:
+        if value is not None and value not in {b.value for b in Backend}:
+            raise ValueError(f"unknown backend; one of {[b.value for b in Backend]}")
+        return value
+
+    @field_validator("tokens")
+    @classmethod
+    def _tokens(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_token_range(value)
+        return value
+
+    def token_range(self) -> TokenRange | None:
+        return parse_token_range(self.tokens) if self.tokens is not None else None
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    keys: list[FeatureKey] = Field(min_length=1, max_length=1024)

@@ -84,3 +84,27 @@ def decode(body: bytes | bytearray | memoryview) -> Decoded:
         except ValueError as exc:
             raise WireFormatError(str(exc)) from None
     return Decoded(tensors=tensors, metadata={str(k): str(v) for k, v in metadata.items()})
+
+
+# A batch response is a sequence of frames, each an 8-byte little-endian length and then one safetensors body, so a
+# client can slice every body out of one receive buffer without copying.
+FRAME_PREFIX = struct.Struct("<Q")
+
+
+def frame_length(parts: list[memoryview | bytes]) -> int:
+    return sum(memoryview(p).nbytes for p in parts)
+
+
+def split_frames(body: bytes | bytearray | memoryview) -> list[memoryview]:
+    view = memoryview(body).cast("B")
+    frames, offset = [], 0
+    while offset < view.nbytes:
+        if offset + 8 > view.nbytes:
+            raise WireFormatError("truncated frame length")
+        (length,) = FRAME_PREFIX.unpack_from(view, offset)
+        offset += 8
+        if offset + length > view.nbytes:
+            raise WireFormatError(f"frame of {length} bytes runs past the body")
+        frames.append(view[offset : offset + length])
+        offset += length
+    return frames

@@ -31,6 +31,7 @@ from service.comparison import compare_hidden_states
 from service.errors import AmbiguousEntry, CorruptEntry, EntryNotFound, InvalidRequest, InvalidSample, ModelUnavailable
 from service.extraction.encode import EncodedPrompt
 from service.extraction.extractor import Extraction, Extractor, PendingExtraction
+from service.metrics import Metrics
 from service.storage.protocol import BlobStore, Selection
 
 
@@ -74,11 +75,14 @@ class FeatureLibrary:
         extractor: Extractor | None,
         default_backend: str = "auto",
         writer_threads: int = 4,
+        verify_reads: str = "chunks",
     ) -> None:
         self.store = store
         self.catalog = catalog
         self.extractor = extractor
         self.default_backend = default_backend
+        self.verify_reads = verify_reads
+        self.metrics = Metrics()
         # Hashing, compression and writing overlap the next forward; a bound on results in flight bounds host memory.
         self._writers = ThreadPoolExecutor(max_workers=writer_threads, thread_name_prefix="hsstore-writer")
         self.max_in_flight = 2 * writer_threads
@@ -132,6 +136,7 @@ class FeatureLibrary:
             extraction = pending.wait()
             stored, added = self.record(self._manifest(key, featureset, parsed, extraction), extraction.tensors)
             status = "existing" if not added else ("version_added" if had_versions else "extracted")
+            self.metrics.extracted_tokens.labels(key.backend).inc(stored.num_tokens)
             results[index] = ExtractResult(
                 prompt_hash=key.prompt_hash, sample_id=parsed.label, status=status, manifest=stored
             )
@@ -217,7 +222,8 @@ class FeatureLibrary:
             )
         return max(found, key=lambda m: m.seq or 0)
 
-    def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
+    def check_selection(self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None) -> Selection:
+        """The store selection for `layers` and `tokens` of an entry; InvalidRequest if they are not in it."""
         stored_layers = list(manifest.featureset.layers)
         positions: tuple[int, ...] | None = None
         if layers is not None:
@@ -233,16 +239,27 @@ class FeatureLibrary:
                 span = tokens.resolve(manifest.num_tokens)
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
-        selection = Selection(positions, None if span == (0, manifest.num_tokens) else span)
+        return Selection(positions, None if span == (0, manifest.num_tokens) else span)
+
+    def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
+        """Every chunk read is checked against its crc32c; with `verify_reads="content_hash"` a full read is also
+        re-hashed here (the client verifies the content hash on receipt either way)."""
+        selection = self.check_selection(manifest, layers, tokens)
+        stored_layers = list(manifest.featureset.layers)
+        positions = selection.layer_positions
+        span = selection.tokens or (0, manifest.num_tokens)
         try:
             tensors = self.store.get_slice(manifest.content_hash, selection)
         except KeyError:
             raise CorruptEntry(f"the catalog lists {manifest.content_hash} but its blob is missing") from None
-        except ValueError as exc:  # zarr's crc32c check of a chunk
+        except ValueError as exc:  # a chunk or shard index failed its crc32c check
             raise CorruptEntry(f"{manifest.content_hash}: {exc}") from None
-        served_hash = content_hash(tensors.values())
-        if selection.is_everything and served_hash != manifest.content_hash:
-            raise CorruptEntry(f"stored bytes hash to {served_hash}, not {manifest.content_hash}")
+        if selection.is_everything:
+            served_hash = manifest.content_hash
+            if self.verify_reads == "content_hash" and content_hash(tensors.values()) != manifest.content_hash:
+                raise CorruptEntry(f"stored bytes of {manifest.content_hash} no longer hash to it")
+        else:
+            served_hash = content_hash(tensors.values())
         served_layers = stored_layers if positions is None else [stored_layers[p] for p in positions]
         return Served(manifest, tensors, served_layers, span, served_hash)
 

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.api import error_handlers
+from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.routes import audit, compare, entries, extract, features, health, info
 from service.catalog.sqlite import SqliteCatalog
@@ -39,7 +40,9 @@ def build_library(settings: Settings, loaded: LoadedModel | None = None) -> Feat
         if loaded
         else None
     )
-    return FeatureLibrary(store, catalog, extractor, settings.default_backend, settings.writer_threads)
+    return FeatureLibrary(
+        store, catalog, extractor, settings.default_backend, settings.writer_threads, settings.verify_reads
+    )
 
 
 def create_app(settings: Settings | None = None, loaded: LoadedModel | None = None) -> FastAPI:
@@ -54,8 +57,10 @@ def create_app(settings: Settings | None = None, loaded: LoadedModel | None = No
     app = FastAPI(title="hsstore", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     app.state.library = library
+    app.state.metrics = library.metrics
     error_handlers.install(app)
-    for module in (health, info, extract, features, entries, compare, audit):
+    for module in (health, info, extract, features, entries, compare, audit, metrics_api):
         app.include_router(module.router)
+    app.add_middleware(metrics_api.MetricsMiddleware, metrics=library.metrics)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     return app

@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     batch_tokens: int = Field(
         default=0, ge=0, description="padded tokens per forward when batching; 0 = one sequence per forward"
     )
+    verify_reads: Literal["chunks", "content_hash"] = Field(
+        default="chunks",
+        description="chunks: every chunk read is checked against its crc32c; content_hash: full reads are also "
+        "re-hashed by the service (the client verifies the content hash on receipt either way)",
+    )
     writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
 
     # Fault injection for the crash-consistency tests: sleep this long after the first array of a blob is written.

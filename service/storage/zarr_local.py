@@ -6,6 +6,7 @@ mid-write leaves nothing visible; leftovers in `tmp/` are swept when the store o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -21,6 +22,7 @@ from zarr.codecs import BloscCodec, Crc32cCodec
 from schemas.keys import is_content_hash
 from schemas.tensors import DTYPES, RawTensor
 from service.storage.protocol import Selection
+from service.storage.shard_reader import read_array
 
 HIDDEN_STATES = "hidden_states"
 _ZSTD_LEVEL = 3
@@ -156,15 +158,23 @@ class LocalZarrStore:
         return self.get_slice(content_hash, Selection())
 
     def get_slice(self, content_hash: str, selection: Selection) -> dict[str, RawTensor]:
-        group = self._open(content_hash)
+        root = self._path(content_hash)
+        try:
+            info = json.loads((root / "zarr.json").read_text())["attributes"]["hsstore"]["tensors"]
+        except FileNotFoundError:
+            raise KeyError(content_hash) from None
         out: dict[str, RawTensor] = {}
-        for name, array in sorted(group.arrays()):
-            index: list[object] = [slice(*selection.tokens) if selection.tokens else slice(None)]
-            if name == HIDDEN_STATES and array.ndim == 3:
+        for name in sorted(info):
+            ndim = len(info[name]["shape"])
+            index: list[slice | list[int]] = [slice(*selection.tokens) if selection.tokens else slice(None)]
+            if name == HIDDEN_STATES and ndim == 3:
                 positions = selection.layer_positions
                 index += [list(positions) if positions is not None else slice(None), slice(None)]
-            data = array.get_orthogonal_selection(tuple(index))
-            out[name] = RawTensor.from_numpy(name, str(array.attrs["dtype"]), data)
+            index += [slice(None)] * (ndim - len(index))
+            data = read_array(root / name, tuple(index))
+            if data is None:  # not the layout we write: let zarr read it
+                data = self._open(content_hash)[name].get_orthogonal_selection(tuple(index))
+            out[name] = RawTensor.from_numpy(name, info[name]["dtype"], data)
         return out
 
     def exists(self, content_hash: str) -> bool:

@@ -48,7 +48,7 @@ class CorruptingTransport(httpx.BaseTransport):
         if request.url.path.startswith("/v1/features/") and request.method == "GET":
             body = bytearray(response.read())
             body[-5] ^= 0x10
-            return httpx.Response(response.status_code, headers=response.headers, content=bytes(body))
+            return httpx.Response(response.status_code, headers=response.headers, stream=httpx.ByteStream(bytes(body)))
         return response
 
 

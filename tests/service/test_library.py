@@ -87,3 +87,28 @@ def test_identical_tokens_from_two_prompts_share_one_blob(settings: Settings, ti
     a, b = library.extract(ExtractRequest(samples=[{"text": "shared bits"}, {"token_ids": ids}])).results
     assert a.prompt_hash != b.prompt_hash and a.manifest.content_hash == b.manifest.content_hash
     assert len(list(library.store.iter())) == 1 and library.catalog.count() == 2
+
+
+def test_a_swapped_blob_is_caught_by_the_service_or_the_client(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    """Chunk checksums catch damaged bytes; bytes that are intact but wrong (two blobs swapped on disk) are caught
+    by the content hash: on the service with verify_reads="content_hash", on receipt by the client otherwise."""
+    from client.errors import IntegrityError
+    from client.features import decode_verified
+    from schemas import wire
+    from service.errors import CorruptEntry
+
+    library = build_library(settings, tiny_loaded)
+    a, b = (r.manifest for r in library.extract(ExtractRequest(samples=[{"text": "abc"}, {"text": "abd"}])).results)
+    assert a.num_tokens == b.num_tokens
+    blobs = settings.data_dir / "blobs"
+    path_a, path_b = (blobs / h[7:9] / h[7:] for h in (a.content_hash, b.content_hash))
+    path_a.rename(blobs / "swap")
+    path_b.rename(path_a)
+    (blobs / "swap").rename(path_b)
+
+    served = library.read(a)  # crc32c of every chunk is fine: the bytes are intact, only misplaced
+    with pytest.raises(IntegrityError):
+        decode_verified(wire.encode(served.tensors.values(), served.metadata()))
+    strict = build_library(settings.model_copy(update={"verify_reads": "content_hash"}), tiny_loaded)
+    with pytest.raises(CorruptEntry):
+        strict.read(a)

@@ -1,48 +1,79 @@
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 from fastapi import APIRouter, Response
+from starlette.concurrency import run_in_threadpool
 
 from schemas import wire
+from schemas.api import BatchRequest
 from schemas.manifest import Manifest
 from service.api.deps import LibraryDep, ReadScope
 from service.api.queries import FeatureQueryDep, KeyQuery
+from service.api.streaming import slices, stream
 from service.library import FeatureLibrary, Served
 
 router = APIRouter(tags=["features"])
 SAFETENSORS = "application/octet-stream"
+FRAMES = "application/x-hsstore-frames"
 
 
 def _resolve(library: FeatureLibrary, key: KeyQuery) -> Manifest:
     return library.resolve(key.prompt_hash, key.model_revision, key.backend, key.featureset_id, key.content_hash)
 
 
-def _headers(served: Served) -> dict[str, str]:
-    m = served.manifest
+def _key_headers(manifest: Manifest) -> dict[str, str]:
     return {
-        "X-Hsstore-Content-Hash": m.content_hash,
-        "X-Hsstore-Served-Hash": served.served_hash,
-        "X-Hsstore-Backend": m.backend,
-        "X-Hsstore-Model-Revision": m.model_revision,
-        "X-Hsstore-Featureset": m.featureset_id,
+        "X-Hsstore-Content-Hash": manifest.content_hash,
+        "X-Hsstore-Backend": manifest.backend,
+        "X-Hsstore-Model-Revision": manifest.model_revision,
+        "X-Hsstore-Featureset": manifest.featureset_id,
     }
 
 
 @router.get("/v1/features/{prompt_hash}", dependencies=[ReadScope], response_class=Response)
 def get_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
     served = library.read(_resolve(library, query.key), query.layers, query.tokens)
-    body = wire.encode(served.tensors.values(), served.metadata())
-    return Response(content=body, media_type=SAFETENSORS, headers=_headers(served))
+    # The header, then each tensor's own buffer: no joined copy of the body is made.
+    parts = wire.encode_parts(served.tensors.values(), served.metadata())
+    headers = {
+        **_key_headers(served.manifest),
+        "X-Hsstore-Served-Hash": served.served_hash,
+        "Content-Length": str(wire.frame_length(parts)),
+    }
+    return stream(slices(parts), SAFETENSORS, headers)
 
 
 @router.head("/v1/features/{prompt_hash}", dependencies=[ReadScope], response_class=Response)
 def head_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
-    manifest = _resolve(library, query.key)
-    return Response(
-        status_code=200,
-        headers={
-            "X-Hsstore-Content-Hash": manifest.content_hash,
-            "X-Hsstore-Backend": manifest.backend,
-            "X-Hsstore-Model-Revision": manifest.model_revision,
-            "X-Hsstore-Featureset": manifest.featureset_id,
-        },
-    )
+    return Response(status_code=200, headers=_key_headers(_resolve(library, query.key)))
+
+
+@router.post("/v1/features:batch", dependencies=[ReadScope], response_class=Response)
+def batch_features(request: BatchRequest, library: LibraryDep) -> Response:
+    """Several entries in one response, framed. Every key is resolved (and refused with a 4xx) before the first
+    byte is sent; the blobs are then read one after another as the response streams."""
+    resolved = [
+        (library.resolve(k.prompt_hash, k.model_revision, k.backend, k.featureset, k.content_hash), k)
+        for k in request.keys
+    ]
+    for manifest, key in resolved:  # check every slice before streaming
+        library.check_selection(manifest, key.layers, key.token_range())
+
+    def read(index: int) -> asyncio.Task[Served]:
+        manifest, key = resolved[index]
+        return asyncio.ensure_future(run_in_threadpool(library.read, manifest, key.layers, key.token_range()))
+
+    async def frames() -> AsyncIterator[bytes | memoryview]:
+        upcoming = read(0)
+        for index in range(len(resolved)):
+            served = await upcoming
+            if index + 1 < len(resolved):
+                upcoming = read(index + 1)  # the next blob decodes while this one streams
+            parts = wire.encode_parts(served.tensors.values(), served.metadata())
+            yield wire.FRAME_PREFIX.pack(wire.frame_length(parts))
+            async for piece in slices(parts):
+                yield piece
+
+    return stream(frames(), FRAMES, {})

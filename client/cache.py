@@ -1,0 +1,98 @@
+"""A content-addressed disk cache of verified feature bodies: size-bounded, least-recently-used first out, safe with
+several processes (DataLoader workers) on one directory.
+
+An entry is the safetensors body the service sent, stored under its content hash. It is written to a temporary name
+and renamed into place (readers never see half a file), read through mmap (no copy), and verified on every read, so a
+file damaged on disk is dropped, never served. Recency is the file's mtime, bumped on each hit; eviction holds an
+flock so two processes never evict at once, and a file evicted under a reader stays readable through its mmap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import mmap
+import os
+import uuid
+from pathlib import Path
+
+from client.errors import IntegrityError
+from client.features import Features, decode_verified
+from schemas.keys import is_content_hash
+
+
+class FeatureCache:
+    def __init__(self, directory: Path | str, max_bytes: int = 64 * 1024**3) -> None:
+        self.directory = Path(directory)
+        self.max_bytes = max_bytes
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / "tmp").mkdir(exist_ok=True)
+        self._lock_path = self.directory / ".lock"
+        self._lock_path.touch(exist_ok=True)
+
+    def _path(self, content_hash: str) -> Path:
+        if not is_content_hash(content_hash):
+            raise ValueError(f"not a content hash: {content_hash!r}")
+        hexdigest = content_hash.removeprefix("sha256:")
+        return self.directory / hexdigest[:2] / f"{hexdigest}.safetensors"
+
+    def get(self, content_hash: str) -> Features | None:
+        """The verified full entry, or None if it is not cached (or was damaged, and so dropped)."""
+        path = self._path(content_hash)
+        try:
+            with path.open("rb") as handle:
+                # copy-on-write: tensors over it can be written to without touching the file
+                body = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            features = decode_verified(body)
+        except IntegrityError:
+            path.unlink(missing_ok=True)
+            return None
+        if features.content_hash != content_hash or not features.full:
+            path.unlink(missing_ok=True)
+            return None
+        with contextlib.suppress(FileNotFoundError):  # evicted meanwhile: the mmap still holds it
+            os.utime(path)  # most recently used
+        return features
+
+    def put(self, features: Features, body: bytes | memoryview) -> None:
+        """Keep a verified full entry's body; slices are not cached (their hash covers only themselves)."""
+        if not features.full:
+            return
+        path = self._path(features.content_hash)
+        if path.exists():
+            return
+        path.parent.mkdir(exist_ok=True)
+        staging = self.directory / "tmp" / f"{path.name}.{os.getpid()}.{uuid.uuid4().hex}"
+        with staging.open("wb") as handle:
+            handle.write(body)
+        os.replace(staging, path)
+        self._evict()
+
+    def size(self) -> int:
+        return sum(p.stat().st_size for p in self._files())
+
+    def _files(self) -> list[Path]:
+        return [p for p in self.directory.glob("??/*.safetensors") if p.is_file()]
+
+    def _evict(self) -> None:
+        with self._lock_path.open("rb") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                entries = []
+                for path in self._files():
+                    try:
+                        stat = path.stat()
+                    except FileNotFoundError:
+                        continue
+                    entries.append((stat.st_mtime_ns, stat.st_size, path))
+                total = sum(size for _, size, _ in entries)
+                for _, size, path in sorted(entries):
+                    if total <= self.max_bytes:
+                        break
+                    path.unlink(missing_ok=True)
+                    total -= size
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)

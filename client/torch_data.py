@@ -1,0 +1,180 @@
+"""torch integration: a map-style Dataset over keys, an IterableDataset over an entry listing (sharded across
+DataLoader workers and ranks, prefetched), and collate functions that pad or pack variable lengths.
+
+Each worker process opens its own FeatureClient (an httpx client does not survive a fork); every sample is verified
+against its hash before it is yielded, and with `cache_dir` a second epoch is served from disk without any request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from client.cache import FeatureCache
+from client.client import FeatureClient
+from client.features import Features
+from schemas.featureset import LayerId
+from schemas.manifest import Manifest
+
+Sample = dict[str, Any]
+
+
+def to_sample(features: Features) -> Sample:
+    sample: Sample = {
+        "hidden_states": features.hidden_states,
+        "input_ids": features.input_ids,
+        "prompt_hash": features.manifest.prompt_hash,
+        "content_hash": features.content_hash,
+    }
+    if features.loss_mask is not None:
+        sample["loss_mask"] = features.loss_mask
+    if features.target_ids is not None:
+        sample["target_ids"] = features.target_ids
+    return sample
+
+
+def key_of(item: Manifest | Mapping[str, Any]) -> dict[str, Any]:
+    """A fetch key; a manifest pins its version by content hash, which is what lets the cache answer alone."""
+    if isinstance(item, Manifest):
+        return {
+            "prompt_hash": item.prompt_hash,
+            "model_revision": item.model_revision,
+            "backend": item.backend,
+            "featureset": item.featureset_id,
+            "content_hash": item.content_hash,
+        }
+    return dict(item)
+
+
+class _ClientPerProcess:
+    def __init__(self, base_url: str, token: str | None, cache_dir: str | Path | None, cache_bytes: int) -> None:
+        self.base_url, self.token, self.cache_dir, self.cache_bytes = base_url, token, cache_dir, cache_bytes
+        self._client: FeatureClient | None = None
+        self._pid = -1
+
+    def get(self) -> FeatureClient:
+        if self._client is None or self._pid != os.getpid():
+            cache = FeatureCache(self.cache_dir, self.cache_bytes) if self.cache_dir is not None else None
+            self._client = FeatureClient(self.base_url, self.token, cache=cache)
+            self._pid = os.getpid()
+        return self._client
+
+    def __getstate__(self) -> dict[str, Any]:  # workers build their own client
+        return {**self.__dict__, "_client": None, "_pid": -1}
+
+
+class FeatureDataset(Dataset[Sample]):
+    """Map-style: item i is the features of `keys[i]` (a manifest, or a dict of `FeatureClient.get` arguments)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        keys: Sequence[Manifest | Mapping[str, Any]],
+        *,
+        token: str | None = None,
+        layers: Sequence[LayerId] | None = None,
+        cache_dir: str | Path | None = None,
+        cache_bytes: int = 64 * 1024**3,
+    ) -> None:
+        self.keys = [key_of(k) for k in keys]
+        self.layers = list(layers) if layers is not None else None
+        self._clients = _ClientPerProcess(base_url, token, cache_dir, cache_bytes)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, index: int) -> Sample:
+        key = dict(self.keys[index])
+        if self.layers is not None:
+            key["layers"] = self.layers
+        return to_sample(self._clients.get().get(**key))
+
+
+class EntryStream(IterableDataset[Sample]):
+    """Every entry of a listing once per epoch, split across DataLoader workers (and ranks) by position, fetched
+    `prefetch` at a time ahead of the consumer."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        backend: str | None = None,
+        model_revision: str | None = None,
+        featureset: str | None = None,
+        since: str | None = None,
+        prefetch: int = 4,
+        cache_dir: str | Path | None = None,
+        cache_bytes: int = 64 * 1024**3,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.filters = {"backend": backend, "model_revision": model_revision, "featureset": featureset, "since": since}
+        self.prefetch = prefetch
+        self.rank, self.world_size = rank, world_size
+        self._clients = _ClientPerProcess(base_url, token, cache_dir, cache_bytes)
+
+    def __iter__(self) -> Iterator[Sample]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        shard, shards = self.rank * workers + worker, self.world_size * workers
+        client = self._clients.get()
+        mine = (key_of(m) for i, m in enumerate(client.entries(**self.filters)) if i % shards == shard)
+        with ThreadPoolExecutor(self.prefetch, thread_name_prefix="hsstore-prefetch") as pool:
+            pending: deque[Future[Features]] = deque()
+            for key in mine:
+                pending.append(pool.submit(lambda k: client.get(**k), key))
+                if len(pending) >= self.prefetch:
+                    yield to_sample(pending.popleft().result())
+            while pending:
+                yield to_sample(pending.popleft().result())
+
+
+def pad_collate(samples: list[Sample]) -> dict[str, Any]:
+    """Right-pad to the longest: hidden_states [B, T, L, H], input_ids/loss_mask/target_ids [B, T], attention_mask."""
+    lengths = [s["input_ids"].shape[0] for s in samples]
+    longest = max(lengths)
+    first = samples[0]["hidden_states"]
+    hidden = first.new_zeros((len(samples), longest, *first.shape[1:]))
+    batch: dict[str, Any] = {
+        "hidden_states": hidden,
+        "input_ids": torch.zeros((len(samples), longest), dtype=torch.long),
+        "attention_mask": torch.zeros((len(samples), longest), dtype=torch.bool),
+        "lengths": torch.tensor(lengths),
+        "content_hash": [s["content_hash"] for s in samples],
+    }
+    for name in ("loss_mask", "target_ids"):
+        if all(name in s for s in samples):
+            batch[name] = torch.zeros((len(samples), longest), dtype=torch.long)
+    for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
+        hidden[row, :length] = sample["hidden_states"]
+        batch["input_ids"][row, :length] = sample["input_ids"]
+        batch["attention_mask"][row, :length] = True
+        for name in ("loss_mask", "target_ids"):
+            if name in batch:
+                batch[name][row, :length] = sample[name]
+    return batch
+
+
+def pack_collate(samples: list[Sample]) -> dict[str, Any]:
+    """Concatenate along tokens (no padding): hidden_states [N, L, H], input_ids [N], position_ids restarting at
+    every sequence, cu_seqlens [B+1] int32 for varlen attention kernels."""
+    lengths = [s["input_ids"].shape[0] for s in samples]
+    batch: dict[str, Any] = {
+        "hidden_states": torch.cat([s["hidden_states"] for s in samples]),
+        "input_ids": torch.cat([s["input_ids"].long() for s in samples]),
+        "position_ids": torch.cat([torch.arange(n) for n in lengths]),
+        "cu_seqlens": torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32),
+        "content_hash": [s["content_hash"] for s in samples],
+    }
+    for name in ("loss_mask", "target_ids"):
+        if all(name in s for s in samples):
+            batch[name] = torch.cat([s[name].long() for s in samples])
+    return batch

@@ -1,0 +1,138 @@
+"""The training side: batch endpoint, parallel gets, the disk cache and the torch Datasets, against a real server."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from client import (
+    EntryStream,
+    FeatureCache,
+    FeatureClient,
+    FeatureDataset,
+    InvalidRequestError,
+    NotFoundError,
+    pack_collate,
+    pad_collate,
+)
+
+
+@pytest.fixture
+def stored(client: FeatureClient) -> list:
+    samples = [{"id": f"s{i}", "text": "def handler(event): return event " * (i + 1)} for i in range(9)]
+    client.extract(samples, featureset=["embed", 1, 2, 5])
+    return sorted(client.entries(), key=lambda m: m.seq)
+
+
+def feature_requests(http: httpx.Client) -> float:
+    text = http.get("/metrics").text
+    counts = re.findall(
+        r'hsstore_http_requests_total\{method="(?:GET|POST)",route="/v1/features[^"]*",status="200"\} (\S+)', text
+    )
+    return sum(float(c) for c in counts)
+
+
+def test_batch_endpoint_matches_single_gets(client: FeatureClient, stored: list) -> None:
+    keys = [{"prompt_hash": m.prompt_hash} for m in stored[:4]]
+    keys.append({"prompt_hash": stored[5].prompt_hash, "layers": [1, 5], "tokens": (2, 9)})
+    batch = client.get_batch(keys)
+    singles = client.get_many(keys)
+    assert [f.content_hash for f in batch] == [f.content_hash for f in singles]
+    for one, other in zip(batch, singles, strict=True):
+        assert torch.equal(one.hidden_states, other.hidden_states) and one.layers == other.layers
+    assert batch[-1].layers == [1, 5] and batch[-1].hidden_states.shape[:2] == (7, 2)
+
+
+def test_batch_refuses_bad_or_missing_keys_before_sending_anything(
+    client: FeatureClient, http: httpx.Client, stored: list
+) -> None:
+    good = {"prompt_hash": stored[0].prompt_hash}
+    assert http.post("/v1/features:batch", json={"keys": [good, {"prompt_hash": "xyz"}]}).status_code == 422
+    assert http.post("/v1/features:batch", json={"keys": []}).status_code == 422
+    with pytest.raises(NotFoundError):
+        client.get_batch([good, {"prompt_hash": "0" * 64}])
+    with pytest.raises(InvalidRequestError, match="not in this entry"):
+        client.get_batch([good, {"prompt_hash": stored[1].prompt_hash, "layers": [7]}])
+
+
+def test_store_reads_only_the_chunks_a_slice_needs(
+    client: FeatureClient, settings, stored: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import service.storage.shard_reader as reader
+
+    long = {"text": "x = [i for i in range(10)]\n" * 300}
+    manifest = client.extract([long], featureset=["embed", 1, 2, 5]).results[0].manifest
+    assert manifest.num_tokens > 1024
+    read = []
+    real_pread = reader.os.pread
+    monkeypatch.setattr(reader.os, "pread", lambda fd, n, offset: read.append(n) or real_pread(fd, n, offset))
+    client.get(long, layers=[2], tokens=(0, 200))
+    sliced = sum(read)
+    read.clear()
+    client.get(long)
+    assert sliced * 10 < sum(read)
+
+
+def test_cache_second_epoch_makes_no_request(live_url: str, http: httpx.Client, stored: list, tmp_path: Path) -> None:
+    dataset = FeatureDataset(live_url, stored, cache_dir=tmp_path / "cache")
+    first = [dataset[i]["content_hash"] for i in range(len(dataset))]
+    after_first = feature_requests(http)
+    assert after_first >= len(stored)
+    second = [dataset[i]["content_hash"] for i in range(len(dataset))]
+    assert second == first == [m.content_hash for m in stored]
+    assert feature_requests(http) == after_first
+
+
+def test_cache_is_bounded_lru_and_drops_damaged_files(client: FeatureClient, stored: list, tmp_path: Path) -> None:
+    cache = FeatureCache(tmp_path / "c", max_bytes=10**9)
+    with FeatureClient(str(client._http.base_url), cache=cache) as cached:
+        for m in stored[:3]:
+            cached.get(prompt_hash=m.prompt_hash)
+        sizes = sorted(p.stat().st_size for p in cache._files())
+        cache.max_bytes = sizes[-1] + sizes[-2]
+        assert cache.get(stored[0].content_hash) is not None  # now the most recently used
+        cached.get(prompt_hash=stored[3].prompt_hash)  # forces an eviction
+        assert cache.size() <= cache.max_bytes
+        assert cache.get(stored[1].content_hash) is None and cache.get(stored[0].content_hash) is not None
+        victim = cache._path(stored[0].content_hash)
+        damaged = bytearray(victim.read_bytes())
+        damaged[-3] ^= 1
+        victim.write_bytes(damaged)
+        assert cache.get(stored[0].content_hash) is None and not victim.exists()
+
+
+def test_dataloader_two_workers_reads_every_entry_once(live_url: str, stored: list, tmp_path: Path) -> None:
+    stream = EntryStream(live_url, prefetch=2, cache_dir=tmp_path / "shared-cache")
+    loader = DataLoader(stream, batch_size=2, num_workers=2, collate_fn=pad_collate)
+    seen = [h for batch in loader for h in batch["content_hash"]]
+    assert sorted(seen) == sorted(m.content_hash for m in stored)
+    assert len(seen) == len(set(seen))
+    # both workers filled one cache directory; every file in it verifies
+    cache = FeatureCache(tmp_path / "shared-cache")
+    assert all(cache.get(m.content_hash) is not None for m in stored)
+
+
+def test_map_dataset_with_workers_and_collation(live_url: str, stored: list) -> None:
+    dataset = FeatureDataset(live_url, stored, layers=[1, 5])
+    loader = DataLoader(dataset, batch_size=3, num_workers=2, collate_fn=pack_collate)
+    batches = list(loader)
+    total = sum(m.num_tokens for m in stored)
+    assert sum(b["hidden_states"].shape[0] for b in batches) == total
+    first = batches[0]
+    assert first["hidden_states"].shape[1:] == (2, 64)
+    assert first["cu_seqlens"][-1] == first["input_ids"].shape[0]
+    assert first["position_ids"][0] == 0
+
+
+def test_pad_collate_masks_padding(client: FeatureClient, stored: list) -> None:
+    by_length = sorted(stored, key=lambda m: m.num_tokens)
+    samples = [FeatureDataset(str(client._http.base_url), [m])[0] for m in (by_length[0], by_length[-1])]
+    batch = pad_collate(samples)
+    short, long_ = (s["input_ids"].shape[0] for s in samples)
+    assert batch["hidden_states"].shape[:2] == (2, long_)
+    assert batch["attention_mask"][0].sum() == short and not batch["hidden_states"][0, short:].any()
