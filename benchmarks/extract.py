@@ -74,8 +74,8 @@ def naive(model: torch.nn.Module, sequences: list[list[int]], layers: list[int])
 
 def calibrate_batching(library, sequences: list[list[int]], featureset: FeatureSet, batch_tokens: int) -> dict:
     """Do right-padded causal batches give the same bits as one sequence per forward on this device?"""
-    extractor = library.extractor
-    items = [(extractor.encode(parse_sample({"token_ids": ids})), f"probe {i}") for i, ids in enumerate(sequences)]
+    extractor, spec = library.models.extractor(), library.models.spec
+    items = [(spec.encode(parse_sample({"token_ids": ids}), 1 << 20), f"probe {i}") for i, ids in enumerate(sequences)]
     single = {i: content_hash(p.wait().tensors) for i, p in extractor.extract_many(items, featureset, Backend.FLA, 0)}
     batched = {
         i: content_hash(p.wait().tensors)
@@ -172,8 +172,8 @@ def main() -> None:
         return elapsed, peak_since(base)
 
     # The lean forward alone (no copy, hash or write), to show what the writing pipeline costs on top of it.
-    extractor = library.extractor
-    items = [(extractor.encode(parse_sample({"token_ids": ids})), "lean") for ids in sequences]
+    extractor, spec = library.models.extractor(), library.models.spec
+    items = [(spec.encode(parse_sample({"token_ids": ids}), 1 << 20), "lean") for ids in sequences]
     torch.cuda.synchronize()
     t = time.perf_counter()
     for _, pending in extractor.extract_many(items, featureset, Backend.FLA, 0):

@@ -174,3 +174,68 @@ class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     keys: list[FeatureKey] = Field(min_length=1, max_length=1024)
+
+
+class JobRequest(BaseModel):
+    """A warm job: samples (or a JSONL upload), one or several backends, featureset, completion policy, priority."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: list[Any] = Field(min_length=1, max_length=1_000_000)
+    backends: list[str] = Field(default_factory=lambda: ["auto"], min_length=1, max_length=3)
+    featureset: FeatureSet | None = None
+    completion: str | None = Field(
+        default=None,
+        description="'greedy:N': a greedy completion of N tokens for "
+        "samples that have none (fetched from SGLang before the window)",
+    )
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    run_now: bool = Field(default=False, description="run outside any window (admin scope)")
+
+    @field_validator("completion")
+    @classmethod
+    def _completion(cls, value: str | None) -> str | None:
+        if value is not None:
+            greedy_tokens(value)
+        return value
+
+
+def greedy_tokens(policy: str) -> int:
+    kind, _, tokens = policy.partition(":")
+    if kind != "greedy" or not tokens.isdigit() or not 1 <= int(tokens) <= 65536:
+        raise ValueError(f"completion policy {policy!r} is not 'greedy:N' with 1 <= N <= 65536")
+    return int(tokens)
+
+
+class JobError(BaseModel):
+    index: int
+    backend: str
+    prompt_hash: str
+    message: str
+
+
+class JobStatus(BaseModel):
+    id: str
+    state: str  # queued | running | done | failed | cancelled
+    priority: int
+    run_now: bool
+    backends: list[str]
+    featureset_id: str
+    completion: str | None
+    total: int
+    done: int
+    failed: int
+    pending: int
+    completions_fetched: int
+    tokens: int
+    tokens_per_s: float | None
+    waiting_for_window: bool = False
+    created_at: str
+    started_at: str | None
+    finished_at: str | None
+    error: str | None = None  # why the job failed, when the host (not a sample) was at fault
+    errors: list[JobError]
+
+
+class JobList(BaseModel):
+    jobs: list[JobStatus]

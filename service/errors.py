@@ -41,6 +41,14 @@ class ModelUnavailable(HsstoreError):
     code = codes.MODEL_UNAVAILABLE
 
 
+class WindowClosed(HsstoreError):
+    code = "window_closed"
+
+
+class JobNotFound(HsstoreError):
+    code = "not_found"
+
+
 class NotReady(HsstoreError):
     code = "not_ready"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import random
 from collections import deque
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from schemas.api import (
@@ -28,11 +29,21 @@ from schemas.tensors import RawTensor
 from schemas.tokens import TokenRange
 from service.catalog.protocol import Catalog, EntryFilter
 from service.comparison import compare_hidden_states
-from service.errors import AmbiguousEntry, CorruptEntry, EntryNotFound, InvalidRequest, InvalidSample, ModelUnavailable
+from service.errors import (
+    AmbiguousEntry,
+    CorruptEntry,
+    EntryNotFound,
+    InvalidRequest,
+    InvalidSample,
+    ModelUnavailable,
+    WindowClosed,
+)
 from service.extraction.encode import EncodedPrompt
-from service.extraction.extractor import Extraction, Extractor, PendingExtraction
+from service.extraction.extractor import Extraction, PendingExtraction
 from service.metrics import Metrics
+from service.model.manager import ModelManager
 from service.storage.protocol import BlobStore, Selection
+from service.windows import Windows
 
 
 def _label(index: int, parsed: ParsedSample) -> str:
@@ -72,15 +83,20 @@ class FeatureLibrary:
         self,
         store: BlobStore,
         catalog: Catalog,
-        extractor: Extractor | None,
+        models: ModelManager | None,
+        windows: Windows | None = None,
+        *,
         default_backend: str = "auto",
+        max_sample_tokens: int = 32768,
         writer_threads: int = 4,
         verify_reads: str = "chunks",
     ) -> None:
         self.store = store
         self.catalog = catalog
-        self.extractor = extractor
+        self.models = models
+        self.windows = windows
         self.default_backend = default_backend
+        self.max_sample_tokens = max_sample_tokens
         self.verify_reads = verify_reads
         self.metrics = Metrics()
         # Hashing, compression and writing overlap the next forward; a bound on results in flight bounds host memory.
@@ -92,22 +108,40 @@ class FeatureLibrary:
         self.catalog.close()
 
     # -- extraction ----------------------------------------------------------------------------------------------
-    def require_extractor(self) -> Extractor:
-        if self.extractor is None:
+    def require_models(self) -> ModelManager:
+        if self.models is None:
             raise ModelUnavailable("this replica has no model configured: it serves stored features only")
-        return self.extractor
+        return self.models
+
+    def require_window(self) -> None:
+        """Extraction belongs to the GPU's downtime window (unless an admin runs a job now)."""
+        if self.windows is not None and not self.windows.state().open:
+            raise WindowClosed(
+                "the extraction window is closed (SGLang has the GPU); open one with "
+                "`hsstore window open --minutes N`, or submit a job that waits for the next window"
+            )
 
     def default_featureset(self) -> FeatureSet | None:
-        return FeatureSet.default_for(self.extractor.num_layers) if self.extractor else None
+        return FeatureSet.default_for(self.models.spec.num_layers) if self.models else None
 
-    def extract(self, request: ExtractRequest) -> ExtractResponse:
-        extractor = self.require_extractor()
-        featureset = request.featureset or FeatureSet.default_for(extractor.num_layers)
+    def extract(
+        self,
+        request: ExtractRequest,
+        *,
+        run_now: bool = False,
+        completions: Mapping[int, tuple[list[int], str]] | None = None,
+    ) -> ExtractResponse:
+        """`completions`: reference completions fetched earlier (sample index -> token ids, source), used instead of
+        generating a greedy completion with the target."""
+        spec = self.require_models().spec
+        if not run_now:
+            self.require_window()
+        featureset = request.featureset or FeatureSet.default_for(spec.num_layers)
         try:
-            featureset.check_against(extractor.num_layers)
+            featureset.check_against(spec.num_layers)
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None
-        backend = extractor.resolve_backend(request.backend if request.backend != "auto" else self.default_backend)
+        backend = spec.resolve_backend(request.backend if request.backend != "auto" else self.default_backend)
 
         # Validate and tokenise every sample before extracting any, so a bad one changes nothing.
         prepared: list[tuple[ParsedSample, EncodedPrompt]] = []
@@ -116,12 +150,18 @@ class FeatureLibrary:
                 parsed = parse_sample(raw, index)
             except InvalidSampleError as exc:
                 raise InvalidSample(str(exc)) from None
-            prepared.append((parsed, extractor.encode(parsed, index)))
+            encoded = spec.encode(parsed, self.max_sample_tokens, index)
+            if completions and index in completions and encoded.greedy_max_new_tokens is not None:
+                ids, source = completions[index]
+                encoded = replace(
+                    encoded, completion_ids=list(ids), completion_source=source, greedy_max_new_tokens=None
+                )
+            prepared.append((parsed, encoded))
 
         results: list[ExtractResult | None] = [None] * len(prepared)
         todo: list[tuple[int, EntryKey, bool]] = []
         for index, (parsed, _) in enumerate(prepared):
-            key = EntryKey(parsed.prompt_hash, extractor.revision, backend.value, featureset.id)
+            key = EntryKey(parsed.prompt_hash, spec.revision, backend.value, featureset.id)
             existing = self.catalog.versions(key)
             if existing and not request.force:
                 results[index] = ExtractResult(
@@ -143,8 +183,11 @@ class FeatureLibrary:
 
         items = [(prepared[i][1], _label(i, prepared[i][0])) for i, _, _ in todo]
         in_flight: deque[Future[None]] = deque()
+        extractor = self.require_models().extractor() if items else None
+        if extractor is not None:
+            self.require_models().emit("extract")
         try:
-            for position, pending in extractor.extract_many(items, featureset, backend):
+            for position, pending in extractor.extract_many(items, featureset, backend) if extractor else ():
                 in_flight.append(self._writers.submit(write, position, pending))
                 while len(in_flight) > self.max_in_flight:
                     in_flight.popleft().result()
@@ -308,9 +351,9 @@ class FeatureLibrary:
         self, prompt_hash: str, backend: Backend, model_revision: str | None, featureset_id: str | None
     ) -> Manifest:
         """Extract `backend`'s entry for a prompt whose sample is known from another stored entry."""
-        extractor = self.require_extractor()
-        if model_revision not in (None, extractor.revision):
-            raise InvalidRequest(f"this service runs model_revision {extractor.revision}; it cannot extract another")
+        spec = self.require_models().spec
+        if model_revision not in (None, spec.revision):
+            raise InvalidRequest(f"this service runs model_revision {spec.revision}; it cannot extract another")
         known = self.catalog.find(EntryFilter(prompt_hash=prompt_hash, featureset_id=featureset_id), limit=1)
         if not known:
             raise EntryNotFound(f"no entry for prompt_hash {prompt_hash}: its sample is unknown, so nothing to extract")
@@ -320,16 +363,18 @@ class FeatureLibrary:
     def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
         """Re-extract `sample` stored versions (one sequence per forward, the reference policy) and record whether
         each reproduces its content hash bit for bit."""
-        extractor = self.require_extractor()
-        available = set(extractor.available_backends())
-        stored = self.catalog.find(EntryFilter(model_revision=extractor.revision, backend=backend), limit=1_000_000)
+        models = self.require_models()
+        self.require_window()
+        spec = models.spec
+        available = set(spec.available_backends())
+        stored = self.catalog.find(EntryFilter(model_revision=spec.revision, backend=backend), limit=1_000_000)
         runnable = [m for m in stored if m.backend in available]
         chosen = random.Random(seed).sample(runnable, min(sample, len(runnable)))
         results = []
         for manifest in chosen:
             parsed = parse_sample(manifest.sample)
-            again = extractor.extract(
-                extractor.encode(parsed),
+            again = models.extractor().extract(
+                spec.encode(parsed, self.max_sample_tokens),
                 manifest.featureset,
                 Backend(manifest.backend),
                 f"audit of {manifest.prompt_hash[:16]}",

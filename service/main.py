@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -12,55 +12,129 @@ from service import __version__
 from service.api import error_handlers
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
-from service.api.routes import audit, compare, entries, extract, features, health, info
+from service.api.routes import audit, compare, entries, extract, features, health, info, jobs, window
 from service.catalog.sqlite import SqliteCatalog
 from service.extraction.extractor import Extractor
+from service.handover import CommandHandover, GpuHandover, HandoverLedger, MemorySaverHandover, NoHandover
+from service.jobs.queue import JobQueue
+from service.jobs.runner import JobRunner
 from service.library import FeatureLibrary
-from service.model.loader import LoadedModel, load_model
+from service.model.loader import LoadedModel, load_spec, load_weights
+from service.model.manager import ModelManager
 from service.model.revision_cache import cached_model_revision
 from service.settings import Settings
+from service.sglang import SGLangClient
 from service.storage.zarr_local import LocalZarrStore
+from service.windows import Windows
 
 log = logging.getLogger("hsstore")
 
 
-def load_configured_model(settings: Settings) -> LoadedModel | None:
-    if settings.model_dir is None:
+def make_handover(settings: Settings) -> GpuHandover:
+    if settings.handover == "memory_saver":
+        if not settings.sglang_url:
+            raise ValueError("handover = memory_saver needs sglang_url")
+        return MemorySaverHandover(settings.sglang_url, settings.handover_timeout_s)
+    if settings.handover == "commands":
+        if not (settings.sglang_stop_command and settings.sglang_start_command and settings.sglang_url):
+            raise ValueError("handover = commands needs sglang_stop_command, sglang_start_command and sglang_url")
+        return CommandHandover(
+            settings.sglang_stop_command,
+            settings.sglang_start_command,
+            settings.sglang_url,
+            settings.handover_timeout_s,
+        )
+    return NoHandover()
+
+
+def build_models(
+    settings: Settings, loaded: LoadedModel | None = None, on_event: Callable[[str], None] | None = None
+) -> ModelManager | None:
+    if loaded is None and settings.model_dir is None:
         return None
-    revision = cached_model_revision(settings.model_dir, settings.data_dir / "model_revisions.json")
-    return load_model(settings.model_dir, revision, settings.device, settings.attn_implementation)
+    if loaded is not None:
+        spec = loaded.spec
+    else:
+        assert settings.model_dir is not None
+        revision = cached_model_revision(settings.model_dir, settings.data_dir / "model_revisions.json")
+        spec = load_spec(settings.model_dir, revision, settings.device)
+    if loaded is None and settings.preload:
+        loaded = load_weights(spec, settings.attn_implementation)
+    return ModelManager(
+        spec,
+        lambda model: Extractor(model, settings.target_ids_chunk, settings.batch_tokens),
+        make_handover(settings),
+        HandoverLedger(settings.data_dir / "handover.json"),
+        attn_implementation=settings.attn_implementation,
+        idle_unload_s=settings.idle_unload_s,
+        memory_wait_s=settings.memory_wait_s,
+        preloaded=loaded if (settings.preload or loaded is not None) else None,
+        on_event=on_event,
+    )
 
 
-def build_library(settings: Settings, loaded: LoadedModel | None = None) -> FeatureLibrary:
+def build_library(
+    settings: Settings, loaded: LoadedModel | None = None, on_event: Callable[[str], None] | None = None
+) -> FeatureLibrary:
     store = LocalZarrStore(settings.data_dir, settings.chunk_tokens, settings.write_pause_s)
     catalog = SqliteCatalog(settings.catalog_path)
-    loaded = loaded or load_configured_model(settings)
-    extractor = (
-        Extractor(loaded, settings.max_sample_tokens, settings.target_ids_chunk, settings.batch_tokens)
-        if loaded
-        else None
-    )
     return FeatureLibrary(
-        store, catalog, extractor, settings.default_backend, settings.writer_threads, settings.verify_reads
+        store,
+        catalog,
+        build_models(settings, loaded, on_event),
+        Windows(settings.windows, catalog, settings.windows_enforced),
+        default_backend=settings.default_backend,
+        max_sample_tokens=settings.max_sample_tokens,
+        writer_threads=settings.writer_threads,
+        verify_reads=settings.verify_reads,
     )
 
 
-def create_app(settings: Settings | None = None, loaded: LoadedModel | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    loaded: LoadedModel | None = None,
+    on_event: Callable[[str], None] | None = None,
+) -> FastAPI:
     settings = settings or Settings()
-    library = build_library(settings, loaded)
+    library = build_library(settings, loaded, on_event)
+    catalog = library.catalog
+    runner = None
+    if library.models is not None and library.windows is not None:
+        sglang = SGLangClient(settings.sglang_url) if settings.sglang_url else None
+        runner = JobRunner(
+            library,
+            catalog,
+            library.models,
+            library.windows,
+            sglang,
+            batch_size=settings.job_batch_size,
+            margin_s=settings.window_margin_s,
+            on_event=on_event,
+        )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        library.close()
+        if library.models is not None:
+            library.models.recover()  # a previous process may have died holding SGLang's GPU
+        if runner is not None:
+            runner.start()
+        try:
+            yield
+        finally:
+            if runner is not None:
+                runner.stop()
+            if library.models is not None:
+                library.models.unload()
+            library.close()
 
     app = FastAPI(title="hsstore", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     app.state.library = library
     app.state.metrics = library.metrics
+    app.state.jobs = JobQueue(library, catalog)
     error_handlers.install(app)
-    for module in (health, info, extract, features, entries, compare, audit, metrics_api):
+    for module in (health, info, extract, features, entries, compare, audit, jobs, window, metrics_api):
         app.include_router(module.router)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=library.metrics)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, overrides={"/v1/jobs": settings.max_job_bytes})
     return app

@@ -41,6 +41,20 @@ class Settings(BaseSettings):
     )
     writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
 
+    # Downtime windows and the GPU hand-over with SGLang
+    windows: list[str] = Field(default_factory=list, description='schedule, e.g. ["Mon-Fri 02:00-03:30 UTC"]')
+    window_margin_s: float = Field(default=300.0, ge=0, description="stop taking batches this long before a close")
+    handover: Literal["none", "memory_saver", "commands"] = "none"
+    sglang_url: str | None = Field(default=None, description="SGLang's base URL (hand-over, reference completions)")
+    sglang_stop_command: str | None = None
+    sglang_start_command: str | None = None
+    handover_timeout_s: float = Field(default=600.0, gt=0)
+    memory_wait_s: float = Field(default=300.0, ge=0, description="how long to wait for the GPU to have room")
+    idle_unload_s: float | None = Field(default=None, description="unload after this long unused (None: never)")
+    load_on_start: bool | None = Field(default=None, description="default: only when the GPU is ours (no hand-over)")
+    job_batch_size: int = Field(default=8, ge=1)
+    max_job_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="largest JSONL job upload")
+
     # Fault injection for the crash-consistency tests: sleep this long after the first array of a blob is written.
     write_pause_s: float = Field(default=0.0, ge=0.0)
 
@@ -57,6 +71,15 @@ class Settings(BaseSettings):
         if config := os.environ.get(CONFIG_ENV):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config)))
         return tuple(sources)
+
+    @property
+    def windows_enforced(self) -> bool:
+        """With a schedule or a hand-over the GPU is SGLang's outside windows; otherwise it is always ours."""
+        return bool(self.windows) or self.handover != "none"
+
+    @property
+    def preload(self) -> bool:
+        return self.load_on_start if self.load_on_start is not None else not self.windows_enforced
 
     @property
     def blob_dir(self) -> Path:

@@ -176,6 +176,14 @@ def server_process() -> Iterator[Callable[[dict[str, str]], ServerProcess]]:
         process.stop()
 
 
+def wait_for(condition: Callable[[], object], timeout: float = 60, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
 def coding_prompts() -> list[dict]:
     """The seeds' ten coding prompts, as the demo sends them."""
     from hsstore.demo_prompts import PROMPTS

@@ -11,17 +11,19 @@ from schemas.errors import TOO_LARGE
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, overrides: dict[str, int] | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.default_max = max_bytes
+        self.overrides = overrides or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.overrides.get(scope.get("path", ""), self.default_max)
         declared = dict(scope.get("headers", [])).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            body = json.dumps({"error": {"code": TOO_LARGE, "message": self._message()}}).encode()
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            body = json.dumps({"error": {"code": TOO_LARGE, "message": self._message(limit)}}).encode()
             await send(
                 {
                     "type": "http.response.start",
@@ -40,11 +42,12 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise HTTPException(413, self._message())
+                if seen > limit:
+                    raise HTTPException(413, self._message(limit))
             return message
 
         await self.app(scope, limited_receive, send)
 
-    def _message(self) -> str:
-        return f"request body over the limit of {self.max_bytes} bytes"
+    @staticmethod
+    def _message(limit: int) -> str:
+        return f"request body over the limit of {limit} bytes"

@@ -8,8 +8,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.errors import Forbidden, Unauthorized
+from service.jobs.queue import JobQueue
 from service.library import FeatureLibrary
 from service.settings import Settings
+from service.windows import Windows
 
 
 def get_settings(request: Request) -> Settings:
@@ -20,8 +22,20 @@ def get_library(request: Request) -> FeatureLibrary:
     return request.app.state.library
 
 
+def get_jobs(request: Request) -> JobQueue:
+    return request.app.state.jobs
+
+
+def get_windows(request: Request) -> Windows:
+    windows = request.app.state.library.windows
+    assert windows is not None
+    return windows
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 LibraryDep = Annotated[FeatureLibrary, Depends(get_library)]
+JobsDep = Annotated[JobQueue, Depends(get_jobs)]
+WindowsDep = Annotated[Windows, Depends(get_windows)]
 
 
 def Scope(scope: str) -> Callable[[Request, Settings], None]:

@@ -21,6 +21,8 @@ STATUS: dict[type[errors.HsstoreError], int] = {
     errors.TooLarge: 413,
     errors.EntryNotFound: 404,
     errors.AmbiguousEntry: 409,
+    errors.WindowClosed: 409,
+    errors.JobNotFound: 404,
     errors.BackendUnavailable: 409,
     errors.ModelUnavailable: 503,
     errors.NotReady: 503,

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from schemas.keys import EntryKey
 from schemas.manifest import AuditRecord, Manifest
+from service.catalog.jobs import JobItem, JobRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,42 @@ class Catalog(Protocol):
 
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
         """Attach the outcome of re-extracting one version; it shows in that version's manifest."""
+
+    # Window overrides and jobs live in the catalog too, so every replica sees the same ones.
+    def kv_get(self, name: str) -> str | None: ...
+
+    def kv_set(self, name: str, value: str | None) -> None: ...
+
+    def create_job(self, job: JobRecord, items: list[tuple[int, str, dict, str, int | None]]) -> None: ...
+
+    def get_job(self, job_id: str) -> JobRecord | None: ...
+
+    def list_jobs(self, limit: int = 100) -> list[JobRecord]: ...
+
+    def job_counts(self, job_id: str) -> dict[str, int]: ...
+
+    def job_errors(self, job_id: str, limit: int = 100) -> list[tuple[int, str, str, str]]: ...
+
+    def set_job_state(
+        self,
+        job_id: str,
+        state: str,
+        started_at: str | None = None,
+        finished_at: str | None = None,
+        error: str | None = None,
+    ) -> None: ...
+
+    def add_job_work(self, job_id: str, tokens: int, busy_s: float) -> None: ...
+
+    def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]: ...
+
+    def pending_items(self, job_id: str, limit: int, needing_completion: bool = False) -> list[JobItem]: ...
+
+    def finish_item(
+        self, item: JobItem, state: str, content_hash: str | None = None, error: str | None = None
+    ) -> None: ...
+
+    def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None: ...
 
     def count(self) -> int: ...
 

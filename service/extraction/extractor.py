@@ -16,11 +16,10 @@ import transformers
 from schemas.backend import Backend, Fingerprint
 from schemas.featureset import FeatureSet
 from schemas.manifest import LayerStats
-from schemas.samples import ParsedSample
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
 from service.extraction.batching import describe, plan_batches
-from service.extraction.encode import EncodedPrompt, encode
+from service.extraction.encode import EncodedPrompt
 from service.extraction.lean_forward import capture, chunked_argmax
 from service.extraction.stats import layer_stats
 from service.model.kernels import version_of
@@ -60,33 +59,16 @@ class _Sequence:
 
 
 class Extractor:
-    def __init__(
-        self, loaded: LoadedModel, max_sample_tokens: int, target_ids_chunk: int = 1024, batch_tokens: int = 0
-    ) -> None:
+    def __init__(self, loaded: LoadedModel, target_ids_chunk: int = 1024, batch_tokens: int = 0) -> None:
         self.loaded = loaded
-        self.max_sample_tokens = max_sample_tokens
         self.target_ids_chunk = target_ids_chunk
         self.batch_tokens = batch_tokens
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self._copy_stream = torch.cuda.Stream(loaded.device) if loaded.device.type == "cuda" else None
 
     @property
-    def num_layers(self) -> int:
-        return self.loaded.num_layers
-
-    @property
     def revision(self) -> str:
         return self.loaded.revision
-
-    def available_backends(self) -> list[str]:
-        return self.loaded.kernels.available(self.loaded.device.type)
-
-    def resolve_backend(self, requested: str) -> Backend:
-        return self.loaded.kernels.resolve(requested, self.loaded.device.type)
-
-    def encode(self, parsed: ParsedSample, index: int | None = None) -> EncodedPrompt:
-        """Tokenise without running the model, so bad input is refused before any work."""
-        return encode(parsed, self.loaded.tokenizer, int(self.loaded.config.vocab_size), self.max_sample_tokens, index)
 
     def fingerprint(self, backend: Backend, batch_tokens: int) -> Fingerprint:
         device = self.loaded.device

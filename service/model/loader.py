@@ -1,4 +1,5 @@
-"""Loading a local HF model directory of the qwen3_5 family, the tiny one and a 27B checkpoint alike.
+"""Loading a local HF model directory of the qwen3_5 family, the tiny one and a 27B checkpoint alike, in two steps:
+the spec (config, tokenizer, kernels, revision: cheap, at start-up) and the weights (on demand, on the GPU).
 
 Real Qwen3.5/3.6 checkpoints are `Qwen3_5ForConditionalGeneration`; `AutoModelForCausalLM` builds the text-only
 `Qwen3_5ForCausalLM` from them and remaps `model.language_model.*`, so the vision tower is never loaded.
@@ -6,17 +7,65 @@ Real Qwen3.5/3.6 checkpoints are `Qwen3_5ForConditionalGeneration`; `AutoModelFo
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from schemas.api import ModelInfo
+from schemas.backend import Backend
+from schemas.samples import ParsedSample
 from service.errors import ModelUnavailable
+from service.extraction.encode import EncodedPrompt, encode
 from service.model.kernels import KernelSet
+
+
+@dataclass
+class ModelSpec:
+    """What is known of a model without its weights: enough to validate requests and label results."""
+
+    path: Path
+    revision: str
+    config: Any  # the text config
+    architecture: str
+    tokenizer: Any
+    device: torch.device
+    kernels: KernelSet
+    weights_bytes: int
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config.num_hidden_layers)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config.vocab_size)
+
+    def available_backends(self) -> list[str]:
+        return self.kernels.available(self.device.type)
+
+    def resolve_backend(self, requested: str) -> Backend:
+        return self.kernels.resolve(requested, self.device.type)
+
+    def encode(self, parsed: ParsedSample, max_tokens: int, index: int | None = None) -> EncodedPrompt:
+        """Tokenise without the weights, so bad input is refused before any work."""
+        return encode(parsed, self.tokenizer, self.vocab_size, max_tokens, index)
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            path=str(self.path),
+            model_revision=self.revision,
+            architecture=self.architecture,
+            num_layers=self.num_layers,
+            hidden_size=int(self.config.hidden_size),
+            vocab_size=self.vocab_size,
+            dtype="bfloat16",
+            device=str(self.device),
+        )
 
 
 @dataclass
@@ -41,16 +90,18 @@ class LoadedModel:
     def num_layers(self) -> int:
         return int(self.config.num_hidden_layers)
 
-    def info(self) -> ModelInfo:
-        return ModelInfo(
-            path=str(self.path),
-            model_revision=self.revision,
-            architecture=type(self.model).__name__,
-            num_layers=self.num_layers,
-            hidden_size=int(self.config.hidden_size),
-            vocab_size=int(self.config.vocab_size),
-            dtype=str(self.model.dtype).removeprefix("torch."),
-            device=str(self.device),
+    @property
+    def spec(self) -> ModelSpec:
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        return ModelSpec(
+            self.path,
+            self.revision,
+            self.config,
+            type(self.model).__name__,
+            self.tokenizer,
+            self.device,
+            self.kernels,
+            weights,
         )
 
 
@@ -60,17 +111,31 @@ def pick_device(setting: str) -> torch.device:
     return torch.device(setting)
 
 
-def load_model(model_dir: Path, revision: str, device: str = "auto", attn_implementation: str = "sdpa") -> LoadedModel:
+def load_spec(model_dir: Path, revision: str, device: str = "auto") -> ModelSpec:
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise ModelUnavailable(f"{model_dir} is not a model directory (no config.json)")
-    target = pick_device(device)
     hf_logging.disable_progress_bar()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    model_class = AutoModelForCausalLM._model_mapping[type(config)]  # what from_pretrained will build
+    weights = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
+    return ModelSpec(
+        path=model_dir,
+        revision=revision,
+        config=config.get_text_config(),
+        architecture=model_class.__name__,
+        tokenizer=AutoTokenizer.from_pretrained(model_dir, local_files_only=True),
+        device=pick_device(device),
+        kernels=KernelSet(sys.modules[model_class.__module__]),
+        weights_bytes=weights,
+    )
+
+
+def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa") -> LoadedModel:
     # Straight onto an accelerator (needs accelerate there); on the CPU no device map is needed.
-    placement: dict[str, Any] = {} if target.type == "cpu" else {"device_map": {"": target}}
+    placement: dict[str, Any] = {} if spec.device.type == "cpu" else {"device_map": {"": spec.device}}
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir,
+        spec.path,
         dtype=torch.bfloat16,
         attn_implementation=attn_implementation,
         local_files_only=True,
@@ -78,4 +143,8 @@ def load_model(model_dir: Path, revision: str, device: str = "auto", attn_implem
     )
     model.eval()
     model.requires_grad_(False)
-    return LoadedModel(model_dir, model, tokenizer, revision, target, KernelSet.for_model(model))
+    return LoadedModel(spec.path, model, spec.tokenizer, spec.revision, spec.device, KernelSet.for_model(model))
+
+
+def load_model(model_dir: Path, revision: str, device: str = "auto", attn_implementation: str = "sdpa") -> LoadedModel:
+    return load_weights(load_spec(model_dir, revision, device), attn_implementation)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,17 +13,9 @@ from schemas.api import ExtractRequest
 from service.main import build_library
 from service.model.loader import LoadedModel
 from service.settings import Settings
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, wait_for
 
 SAMPLE = {"id": "crash", "text": "def lru_cache(capacity):\n    return OrderedDict()"}
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError
-        time.sleep(0.05)
 
 
 def test_sigkill_mid_write_leaves_nothing_partial(

@@ -11,15 +11,17 @@ router = APIRouter(tags=["info"])
 
 @router.get("/v1/info", dependencies=[ReadScope])
 def info(library: LibraryDep, settings: SettingsDep) -> Info:
-    extractor = library.extractor
+    models = library.models
+    spec = models.spec if models else None
     featureset = library.default_featureset()
+    window = library.windows.state().model_dump() if library.windows else {"open": False}
     return Info(
         version=__version__,
-        model=extractor.loaded.info() if extractor else None,
-        backends_available=extractor.available_backends() if extractor else [],
-        default_backend=extractor.resolve_backend(settings.default_backend).value if extractor else None,
+        model=spec.info() if spec else None,
+        backends_available=spec.available_backends() if spec else [],
+        default_backend=spec.resolve_backend(settings.default_backend).value if spec else None,
         default_featureset=featureset,
         default_featureset_id=featureset.id if featureset else None,
-        window={"scheduled": False, "open": extractor is not None},
+        window={**window, "model_loaded": bool(models and models.loaded), "handover": settings.handover},
         limits={"max_request_bytes": settings.max_request_bytes, "max_sample_tokens": settings.max_sample_tokens},
     )

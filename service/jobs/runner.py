@@ -1,0 +1,199 @@
+"""The background runner: takes batches of warm-job items inside open windows (or now, for run-now jobs), stops at
+a batch boundary when the window closes or is about to, and hands the GPU back whenever it has nothing to run.
+While the window is shut (SGLang up) it fetches reference completions for samples that ask for greedy ones."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from schemas.api import ExtractRequest
+from schemas.featureset import FeatureSet
+from schemas.samples import parse_sample
+from service.catalog.jobs import JobItem, JobRecord
+from service.catalog.protocol import Catalog
+from service.errors import BackendUnavailable, HsstoreError, InvalidRequest, NonFiniteFeatures, TooLarge
+from service.library import FeatureLibrary
+from service.model.manager import ModelManager
+from service.sglang import SGLangClient
+from service.windows import Windows
+
+log = logging.getLogger("hsstore.jobs")
+# Errors that belong to one sample: the sample fails, the job goes on. Anything else is the host's trouble.
+SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, BackendUnavailable)
+MAX_HOST_FAILURES = 3
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class JobRunner:
+    def __init__(
+        self,
+        library: FeatureLibrary,
+        catalog: Catalog,
+        models: ModelManager,
+        windows: Windows,
+        sglang: SGLangClient | None = None,
+        *,
+        batch_size: int = 8,
+        margin_s: float = 300.0,
+        poll_s: float = 0.25,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
+        self.library = library
+        self.catalog = catalog
+        self.models = models
+        self.windows = windows
+        self.sglang = sglang
+        self.batch_size = batch_size
+        self.margin_s = margin_s
+        self.poll_s = poll_s
+        self.on_event = on_event
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._host_failures: dict[str, int] = {}
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="hsstore-jobs", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = self.step()
+            except Exception:
+                log.exception("job runner step failed")
+                worked = False
+            if not worked:
+                self._stop.wait(self.poll_s)
+
+    def _window_usable(self) -> bool:
+        """Open, and not about to close: the margin leaves time to unload and give SGLang the GPU back."""
+        if not self.windows.state().open:
+            return False
+        left = self.windows.seconds_left()
+        return left is None or left > self.margin_s
+
+    def step(self) -> bool:
+        """One unit of work; False when there was nothing to do."""
+        usable = self._window_usable()
+        jobs = self.catalog.runnable_jobs(include_windowed=usable)
+        if not jobs:
+            if self.models.loaded and not usable:
+                self.models.unload()  # window over: the GPU goes back now, at a batch boundary
+            elif usable:
+                self.models.unload_if_idle()
+            return self._prefetch_completions() if not self.models.loaded else False
+        job = jobs[0]
+        if not self.models.loaded and self._prefetch_completions(job):
+            return True  # SGLang is still up: take its reference completions before asking it for the GPU
+        self._run_batch(job)
+        return True
+
+    def _run_batch(self, job: JobRecord) -> None:
+        items = self.catalog.pending_items(job.id, self.batch_size)
+        if not items:
+            self._finish(job)
+            return
+        backend = items[0].backend
+        items = [item for item in items if item.backend == backend]
+        if job.state == "queued":
+            self.catalog.set_job_state(job.id, "running", started_at=_now())
+        featureset = FeatureSet.model_validate(job.featureset)
+        started = time.monotonic()
+        try:
+            outcomes = self._extract(items, featureset, backend)
+        except HsstoreError as exc:
+            self._host_failure(job, exc)
+            return
+        except Exception as exc:
+            log.exception("extraction failed")
+            self._host_failure(job, exc)
+            return
+        self._host_failures.pop(job.id, None)
+        tokens = 0
+        for item, outcome in outcomes:
+            if isinstance(outcome, str):
+                self.catalog.finish_item(item, "failed", error=outcome)
+            else:
+                self.catalog.finish_item(item, "done", content_hash=outcome.manifest.content_hash)
+                tokens += outcome.manifest.num_tokens if outcome.status != "existing" else 0
+        self.catalog.add_job_work(job.id, tokens, time.monotonic() - started)
+        if not self.catalog.pending_items(job.id, 1):
+            self._finish(job)
+
+    def _extract(self, items: list[JobItem], featureset: FeatureSet, backend: str) -> list[tuple[JobItem, object]]:
+        def run(batch: list[JobItem]) -> list:
+            completions = {
+                position: (item.completion_ids, item.completion_source or "greedy:sglang")
+                for position, item in enumerate(batch)
+                if item.completion_ids is not None
+            }
+            request = ExtractRequest(samples=[i.sample for i in batch], featureset=featureset, backend=backend)
+            return self.library.extract(request, run_now=True, completions=completions).results
+
+        try:
+            return list(zip(items, run(items), strict=True))
+        except SAMPLE_ERRORS:
+            pass  # one sample spoiled the batch: find it by running them one by one
+        outcomes: list[tuple[JobItem, object]] = []
+        for item in items:
+            try:
+                outcomes.append((item, run([item])[0]))
+            except SAMPLE_ERRORS as exc:
+                outcomes.append((item, exc.message))
+        return outcomes
+
+    def _host_failure(self, job: JobRecord, exc: Exception) -> None:
+        """The model or the hand-over failed, not a sample: give the GPU back, retry later, give up after a few."""
+        self.models.unload()
+        failures = self._host_failures.get(job.id, 0) + 1
+        self._host_failures[job.id] = failures
+        if failures >= MAX_HOST_FAILURES:
+            self.catalog.set_job_state(job.id, "failed", finished_at=_now(), error=f"{type(exc).__name__}: {exc}")
+            self._host_failures.pop(job.id, None)
+        self._stop.wait(min(30.0, self.poll_s * 4 * failures))
+
+    def _finish(self, job: JobRecord) -> None:
+        current = self.catalog.get_job(job.id)
+        if current is not None and current.state in ("queued", "running"):
+            self.catalog.set_job_state(job.id, "done", finished_at=_now())
+        self._emit("job_done")
+
+    def _prefetch_completions(self, only: JobRecord | None = None) -> bool:
+        """Fetch greedy completions from SGLang for pending samples that ask for them; True if any were fetched."""
+        if self.sglang is None:
+            return False
+        jobs = [only] if only is not None else self.catalog.runnable_jobs(include_windowed=True)
+        for job in jobs:
+            items = self.catalog.pending_items(job.id, self.batch_size * 4, needing_completion=True)
+            unique = {item.index: item for item in items}
+            if not unique or not self.sglang.healthy():
+                continue
+            spec = self.models.spec
+            by_length: dict[int, list[tuple[int, list[int]]]] = {}
+            for index, item in unique.items():
+                encoded = spec.encode(parse_sample(item.sample), self.library.max_sample_tokens)
+                if encoded.greedy_max_new_tokens is not None:
+                    by_length.setdefault(encoded.greedy_max_new_tokens, []).append((index, encoded.prompt_ids))
+            for max_new, prompts in by_length.items():
+                outputs = self.sglang.greedy([ids for _, ids in prompts], max_new)
+                for (index, _), output in zip(prompts, outputs, strict=True):
+                    self.catalog.set_completion(job.id, index, output, "greedy:sglang")
+            self._emit("completions")
+            return True
+        return False
+
+    def _emit(self, event: str) -> None:
+        if self.on_event is not None:
+            self.on_event(event)

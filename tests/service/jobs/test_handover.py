@@ -1,0 +1,100 @@
+"""GPU hand-over with SGLang: release -> load -> extract -> unload -> resume -> healthy, also when extraction
+raises; and a service killed mid-window resumes SGLang at its next start and finishes the job exactly once."""
+
+from __future__ import annotations
+
+import httpx
+
+from client import FeatureClient
+from service.main import create_app
+from service.settings import Settings
+from tests.conftest import LiveServer, wait_for
+from tests.service.jobs.conftest import subsequence
+
+HANDOVER = [
+    "release",
+    "sglang:/release_memory_occupation",
+    "load",
+    "extract",
+    "unload",
+    "resume",
+    "sglang:/resume_memory_occupation",
+    "sglang:/health_generate",
+    "healthy",
+]
+
+
+def job_status(http: httpx.Client, job_id: str) -> dict:
+    return http.get(f"/v1/jobs/{job_id}").json()
+
+
+def test_release_load_extract_unload_resume_healthy(windowed_settings: Settings, events, standin) -> None:
+    app = create_app(windowed_settings, on_event=events.append)
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        assert http.post("/v1/window/open", json={"minutes": 10}).json()["open"]
+        job = http.post("/v1/jobs", json={"samples": [{"text": f"warm {i}"} for i in range(3)]}).json()
+        wait_for(lambda: job_status(http, job["id"])["state"] == "done", what="job done")
+        assert http.post("/v1/window/close").json()["open"] is False
+        wait_for(lambda: "healthy" in events, what="SGLang healthy again")
+        assert not standin[0].released
+    assert subsequence(list(events), HANDOVER), list(events)
+    assert events.count("load") == 1 and events.count("unload") == 1
+
+
+def test_the_gpu_goes_back_when_extraction_raises(windowed_settings: Settings, events, standin) -> None:
+    app = create_app(windowed_settings, on_event=events.append)
+    models = app.state.library.models
+
+    class Exploding:
+        def extract_many(self, *args, **kwargs):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    models.make_extractor = lambda loaded: Exploding()
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        http.post("/v1/window/open", json={"minutes": 10})
+        job = http.post("/v1/jobs", json={"samples": [{"text": "boom"}]}).json()
+        wait_for(lambda: job_status(http, job["id"])["state"] == "failed", timeout=90, what="job failed")
+        status = job_status(http, job["id"])
+        assert "illegal memory access" in status["error"] and status["pending"] == 1
+        assert not standin[0].released and not models.loaded
+    assert subsequence(list(events), HANDOVER), list(events)
+    assert events.count("load") == events.count("unload") == events.count("healthy") == 3  # three tries
+
+
+def test_sigkill_mid_window_resumes_sglang_and_completes(
+    windowed_settings: Settings, events, standin, server_process
+) -> None:
+    env = {
+        "HSSTORE_DATA_DIR": str(windowed_settings.data_dir),
+        "HSSTORE_MODEL_DIR": str(windowed_settings.model_dir),
+        "HSSTORE_DEVICE": "cpu",
+        "HSSTORE_HANDOVER": "memory_saver",
+        "HSSTORE_SGLANG_URL": standin[1],
+        "HSSTORE_JOB_BATCH_SIZE": "2",
+    }
+    samples = [{"id": f"k{i}", "text": f"def task_{i}(): return {i}"} for i in range(8)]
+    first = server_process({**env, "HSSTORE_WRITE_PAUSE_S": "0.5"}).start()
+    with httpx.Client(base_url=first.url, timeout=60) as http:
+        http.post("/v1/window/open", json={"minutes": 30})
+        job = http.post("/v1/jobs", json={"samples": samples}).json()
+        wait_for(lambda: job_status(http, job["id"])["done"] >= 2, what="first batch")
+    assert standin[0].released
+    first.kill()  # mid-window, holding the GPU, with a batch in flight
+    assert standin[0].released
+    killed_at = len(events)
+
+    second = server_process(env).start()
+    wait_for(lambda: "sglang:/resume_memory_occupation" in events[killed_at:], what="resume after restart")
+    with httpx.Client(base_url=second.url, timeout=60) as http:
+        wait_for(lambda: job_status(http, job["id"])["state"] == "done", timeout=120, what="job done")
+        status = job_status(http, job["id"])
+        assert (status["done"], status["failed"], status["pending"]) == (8, 0, 0)
+        http.post("/v1/window/close")
+        wait_for(lambda: not standin[0].released, what="SGLang resumed after the window")
+        with FeatureClient(second.url) as client:
+            stored = list(client.entries())
+        assert len(stored) == 8 and len({m.prompt_hash for m in stored}) == 8  # every sample, exactly once
+        for sample in samples:
+            assert FeatureClient(second.url).exists(sample)
+    after = list(events)[killed_at:]
+    assert after.index("sglang:/resume_memory_occupation") < after.index("sglang:/release_memory_occupation")
