@@ -13,7 +13,16 @@ from client.cache import FeatureCache
 from client.errors import HsstoreError, IntegrityError, error_for
 from client.features import Features, decode_verified
 from schemas import wire
-from schemas.api import AuditReport, CompareReport, EntriesPage, ExtractResponse, Info
+from schemas.api import (
+    AuditReport,
+    CompareReport,
+    EntriesPage,
+    ExtractResponse,
+    Info,
+    JobList,
+    JobStatus,
+    WindowState,
+)
 from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import Manifest
 from schemas.prompt_hash import prompt_hash as hash_prompt
@@ -227,6 +236,63 @@ class FeatureClient:
         """Re-extract `sample` stored entries and report which reproduce their content hash bit for bit."""
         body = {"sample": sample, "backend": backend, "seed": seed}
         return AuditReport.model_validate_json(self._request("POST", "/v1/audit", json=body).content)
+
+    # -- warm jobs and windows (operators) -----------------------------------------------------------------------
+    def submit_job(
+        self,
+        samples: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        jsonl: bytes | None = None,
+        backends: Sequence[str] = ("auto",),
+        layers: Sequence[LayerId] | None = None,
+        completion: str | None = None,
+        priority: int = 0,
+        run_now: bool = False,
+    ) -> JobStatus:
+        """A warm job from samples, or from a JSONL upload as it is on disk (one sample per line)."""
+        if (samples is None) == (jsonl is None):
+            raise ValueError("give samples or jsonl")
+        if jsonl is not None:
+            params: dict[str, Any] = {"backend": list(backends), "priority": priority, "run_now": run_now}
+            if layers is not None:
+                params["layers"] = ",".join(map(str, layers))
+            if completion is not None:
+                params["completion"] = completion
+            response = self._request(
+                "POST", "/v1/jobs", content=jsonl, params=params, headers={"content-type": "application/x-ndjson"}
+            )
+        else:
+            body: dict[str, Any] = {
+                "samples": [dict(s) for s in samples or []],
+                "backends": list(backends),
+                "priority": priority,
+                "run_now": run_now,
+                "completion": completion,
+            }
+            if layers is not None:
+                body["featureset"] = FeatureSet(layers=list(layers)).model_dump()
+            response = self._request("POST", "/v1/jobs", json=body)
+        return JobStatus.model_validate_json(response.content)
+
+    def job(self, job_id: str) -> JobStatus:
+        return JobStatus.model_validate_json(self._request("GET", f"/v1/jobs/{job_id}").content)
+
+    def jobs(self) -> list[JobStatus]:
+        return JobList.model_validate_json(self._request("GET", "/v1/jobs").content).jobs
+
+    def cancel_job(self, job_id: str) -> JobStatus:
+        return JobStatus.model_validate_json(self._request("DELETE", f"/v1/jobs/{job_id}").content)
+
+    def window(self) -> WindowState:
+        return WindowState.model_validate_json(self._request("GET", "/v1/window").content)
+
+    def open_window(self, minutes: float) -> WindowState:
+        return WindowState.model_validate_json(
+            self._request("POST", "/v1/window/open", json={"minutes": minutes}).content
+        )
+
+    def close_window(self) -> WindowState:
+        return WindowState.model_validate_json(self._request("POST", "/v1/window/close").content)
 
     def _features_url(
         self,

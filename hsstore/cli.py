@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -11,6 +12,8 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from schemas.api import WindowState
 
 app = typer.Typer(help="hsstore: a hidden-state feature store", no_args_is_help=True, add_completion=False)
 console = Console()
@@ -99,6 +102,129 @@ def extract(
             counts["existing"] += response.existing
             progress.advance(task, len(response.results))
     console.print(f"{counts['extracted']} extracted, {counts['existing']} already stored")
+
+
+@app.command()
+def warm(
+    jsonl: Path,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[
+        list[str] | None, typer.Option(help="fla, fla-noconv, torch or auto; repeat for several")
+    ] = None,
+    completion: Annotated[str | None, typer.Option(help="greedy:N for samples without a completion")] = None,
+    layers: Annotated[str | None, typer.Option(help="comma-separated layer ids (default: the DFlash layers)")] = None,
+    priority: Annotated[int, typer.Option()] = 0,
+    now: Annotated[bool, typer.Option("--now", help="run outside any window (admin)")] = False,
+    wait: Annotated[bool, typer.Option(help="follow the job with a progress bar until it ends")] = True,
+) -> None:
+    """Submit a warm job from a JSONL file (one sample per line); it runs in the next downtime window."""
+    from client import FeatureClient
+    from schemas.featureset import parse_layer
+
+    with FeatureClient(url, token) as client:
+        status = client.submit_job(
+            jsonl=jsonl.read_bytes(),
+            backends=backend or ["auto"],
+            completion=completion,
+            priority=priority,
+            layers=[parse_layer(t) for t in layers.split(",")] if layers else None,
+            run_now=now,
+        )
+        console.print(
+            f"job {status.id}: {status.total} items, backends {status.backends}, featureset {status.featureset_id}"
+        )
+        if not wait:
+            return
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        ) as progress:
+            task = progress.add_task("warm", total=status.total)
+            while status.state in ("queued", "running"):
+                note = " (waiting for a window)" if status.waiting_for_window else ""
+                rate = f" {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
+                progress.update(task, completed=status.done + status.failed, description=f"warm{rate}{note}")
+                time.sleep(1.0)
+                status = client.job(status.id)
+            progress.update(task, completed=status.done + status.failed)
+    console.print(
+        f"{status.state}: {status.done} stored, {status.failed} failed, {status.tokens:,} tokens"
+        + (f", {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else "")
+    )
+    for error in status.errors[:20]:
+        console.print(f"  [red]sample {error.index} ({error.backend})[/]: {error.message}")
+    if status.error:
+        console.print(f"  [red]{status.error}[/]")
+    if status.state != "done":
+        raise typer.Exit(1)
+
+
+@app.command()
+def jobs(
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    cancel: Annotated[str | None, typer.Option(help="cancel this job id")] = None,
+) -> None:
+    """List warm jobs (or cancel one)."""
+    from client import FeatureClient
+
+    with FeatureClient(url, token) as client:
+        if cancel:
+            client.cancel_job(cancel)
+        listed = client.jobs()
+    table = Table("id", "state", "done", "failed", "total", "tokens", "tok/s", "backends", "priority", "created")
+    for job in listed:
+        table.add_row(
+            job.id[:12],
+            job.state + (" (waiting)" if job.waiting_for_window else ""),
+            str(job.done),
+            str(job.failed),
+            str(job.total),
+            f"{job.tokens:,}",
+            f"{job.tokens_per_s:,.0f}" if job.tokens_per_s else "-",
+            ",".join(job.backends),
+            str(job.priority),
+            job.created_at[:19],
+        )
+    console.print(table)
+
+
+window_app = typer.Typer(help="Downtime windows: when SGLang lends the GPU", no_args_is_help=True)
+app.add_typer(window_app, name="window")
+
+
+def _print_window(state: WindowState) -> None:
+    closes = f", closes {state.closes_at}" if state.closes_at else ""
+    where = f" ({state.source}{closes})" if state.open else ""
+    console.print(f"window {'OPEN' if state.open else 'closed'}{where}; schedule: {state.schedule or 'none'}")
+
+
+@window_app.command("status")
+def window_status(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+    from client import FeatureClient
+
+    with FeatureClient(url, token) as client:
+        _print_window(client.window())
+
+
+@window_app.command("open")
+def window_open(
+    minutes: Annotated[float, typer.Option(min=0.1, help="how long SGLang lends the GPU")],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    from client import FeatureClient
+
+    with FeatureClient(url, token) as client:
+        _print_window(client.open_window(minutes))
+
+
+@window_app.command("close")
+def window_close(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+    from client import FeatureClient
+
+    with FeatureClient(url, token) as client:
+        _print_window(client.close_window())
 
 
 @app.command()

@@ -50,6 +50,7 @@ def main() -> None:
         build_devmodel(model_dir)
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
+    # As on a shared GPU host: SGLang has the GPU outside a nightly window, so extraction waits for a window.
     env = {
         **os.environ,
         "HSSTORE_MODEL_DIR": str(model_dir),
@@ -57,6 +58,8 @@ def main() -> None:
         "HSSTORE_DEVICE": "cpu",
         "HSSTORE_PORT": str(port),
         "HSSTORE_HOST": "127.0.0.1",
+        "HSSTORE_WINDOWS": '["Sat 03:00-04:00 UTC"]',
+        "HSSTORE_WINDOW_MARGIN_S": "10",
     }
     console.print(f"starting hsstore on {url} (model {model_dir}, store {data_dir})")
     server = subprocess.Popen([sys.executable, "-m", "hsstore.cli", "serve"], env=env)
@@ -68,28 +71,27 @@ def main() -> None:
             layers = info.default_featureset.layers if info.default_featureset else "-"
             console.print(
                 f"model_revision {info.model.model_revision}\nbackends {info.backends_available}, "
-                f"default layers {layers}"
+                f"default layers {layers}; window open: {client.window().open}"
             )
+            state = client.open_window(2)  # what `hsstore window open --minutes 2` does
+            console.print(f"opened a manual window until {state.closes_at}; submitting the warm job")
             started = time.perf_counter()
-            response = client.extract(PROMPTS)
+            job = client.submit_job(PROMPTS)
+            while job.state in ("queued", "running"):
+                time.sleep(0.2)
+                job = client.job(job.id)
             elapsed = time.perf_counter() - started
+            client.close_window()
             table = Table(
-                title=f"{response.extracted} extracted, {response.existing} already stored "
+                title=f"warm job {job.state}: {job.done} entries, {job.tokens} tokens extracted now "
                 f"({elapsed:.2f} s); every fetch verified against its content hash"
             )
-            for column in ("id", "prompt hash", "tokens", "backend", "content hash", "status"):
+            for column in ("id", "prompt hash", "tokens", "backend", "content hash"):
                 table.add_column(column)
-            for sample, result in zip(PROMPTS, response.results, strict=True):
+            for sample in PROMPTS:
                 features = client.get(sample)  # verifies the content hash on receipt
                 m = features.manifest
-                table.add_row(
-                    str(sample["id"]),
-                    m.prompt_hash[:16],
-                    str(m.num_tokens),
-                    m.backend,
-                    m.content_hash[:23],
-                    result.status,
-                )
+                table.add_row(str(sample["id"]), m.prompt_hash[:16], str(m.num_tokens), m.backend, m.content_hash[:23])
         console.print(table)
     finally:
         server.terminate()

@@ -239,3 +239,10 @@ class JobStatus(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobStatus]
+
+
+class WindowState(BaseModel):
+    open: bool
+    source: str | None  # "always" | "schedule" | "manual" | None
+    closes_at: str | None
+    schedule: list[str]

@@ -82,7 +82,7 @@ def build_library(
         store,
         catalog,
         build_models(settings, loaded, on_event),
-        Windows(settings.windows, catalog, settings.windows_enforced),
+        Windows(settings.windows, catalog, settings.windows_enforced, settings.window_margin_s),
         default_backend=settings.default_backend,
         max_sample_tokens=settings.max_sample_tokens,
         writer_threads=settings.writer_threads,
@@ -108,7 +108,6 @@ def create_app(
             library.windows,
             sglang,
             batch_size=settings.job_batch_size,
-            margin_s=settings.window_margin_s,
             on_event=on_event,
         )
 

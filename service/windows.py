@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from typing import Protocol
 
-from pydantic import BaseModel
+from schemas.api import WindowState
 
 _DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 _SPEC = re.compile(r"^\s*(?P<days>[A-Za-z,\-]+)\s+(?P<start>\d{1,2}:\d{2})-(?P<end>\d{1,2}:\d{2})\s*(?:UTC)?\s*$")
@@ -73,23 +73,17 @@ class ScheduledWindow:
         return None
 
 
-class WindowState(BaseModel):
-    open: bool
-    source: str | None  # "always" | "schedule" | "manual" | None
-    closes_at: str | None
-    schedule: list[str]
-
-
 def _iso(moment: datetime | None) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
 
 
 class Windows:
-    def __init__(self, schedule: list[str], store: KeyValue, enforced: bool) -> None:
+    def __init__(self, schedule: list[str], store: KeyValue, enforced: bool, margin_s: float = 0.0) -> None:
         self.specs = list(schedule)
         self.schedule = [ScheduledWindow.parse(s) for s in schedule]
         self.store = store
         self.enforced = enforced
+        self.margin_s = margin_s  # the time needed to finish a batch, unload and hand the GPU back
 
     def _stamp(self, name: str) -> datetime | None:
         value = self.store.kv_get(name)
@@ -116,7 +110,19 @@ class Windows:
         closes = datetime.fromisoformat(state.closes_at.replace("Z", "+00:00"))
         return (closes - (now or datetime.now(UTC))).total_seconds()
 
+    def usable(self, now: datetime | None = None) -> bool:
+        """Open, and not about to close: new batches start only while there is time to hand the GPU back."""
+        if not self.state(now).open:
+            return False
+        left = self.seconds_left(now)
+        return left is None or left > self.margin_s
+
     def open(self, minutes: float, now: datetime | None = None) -> WindowState:
+        if minutes * 60 <= self.margin_s:
+            raise ValueError(
+                f"a {minutes:g}-minute window is no longer than the {self.margin_s:g} s margin kept to "
+                "hand the GPU back, so nothing could run in it (see window_margin_s)"
+            )
         now = now or datetime.now(UTC)
         self.store.kv_set(MANUAL_UNTIL, (now + timedelta(minutes=minutes)).isoformat())
         self.store.kv_set(CLOSED_UNTIL, None)

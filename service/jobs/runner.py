@@ -41,7 +41,6 @@ class JobRunner:
         sglang: SGLangClient | None = None,
         *,
         batch_size: int = 8,
-        margin_s: float = 300.0,
         poll_s: float = 0.25,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
@@ -51,7 +50,6 @@ class JobRunner:
         self.windows = windows
         self.sglang = sglang
         self.batch_size = batch_size
-        self.margin_s = margin_s
         self.poll_s = poll_s
         self.on_event = on_event
         self._stop = threading.Event()
@@ -77,16 +75,9 @@ class JobRunner:
             if not worked:
                 self._stop.wait(self.poll_s)
 
-    def _window_usable(self) -> bool:
-        """Open, and not about to close: the margin leaves time to unload and give SGLang the GPU back."""
-        if not self.windows.state().open:
-            return False
-        left = self.windows.seconds_left()
-        return left is None or left > self.margin_s
-
     def step(self) -> bool:
         """One unit of work; False when there was nothing to do."""
-        usable = self._window_usable()
+        usable = self.windows.usable()
         jobs = self.catalog.runnable_jobs(include_windowed=usable)
         if not jobs:
             if self.models.loaded and not usable:

@@ -3,8 +3,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.api import WindowState
 from service.api.deps import AdminScope, ReadScope, WindowsDep
-from service.windows import WindowState
+from service.errors import InvalidRequest
 
 router = APIRouter(tags=["window"])
 
@@ -22,7 +23,10 @@ def window_state(windows: WindowsDep) -> WindowState:
 
 @router.post("/v1/window/open", dependencies=[AdminScope])
 def open_window(body: OpenWindow, windows: WindowsDep) -> WindowState:
-    return windows.open(body.minutes)
+    try:
+        return windows.open(body.minutes)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 @router.post("/v1/window/close", dependencies=[AdminScope])

@@ -191,3 +191,11 @@ def test_manual_open_and_close_override_the_schedule() -> None:
     assert windows.open(30, evening).source == "manual"
     assert windows.seconds_left(evening) == pytest.approx(1800)
     assert not windows.state(datetime(2026, 11, 30, 20, 31, tzinfo=UTC)).open
+
+
+def test_a_window_shorter_than_the_hand_back_margin_is_refused(windowed_settings: Settings, standin) -> None:
+    with LiveServer(create_app(windowed_settings)) as url, httpx.Client(base_url=url) as http:
+        refused = http.post("/v1/window/open", json={"minutes": 2})  # the margin is 300 s
+        assert refused.status_code == 422 and "margin" in refused.json()["error"]["message"]
+        assert http.get("/v1/window").json()["open"] is False
+        assert http.post("/v1/window/open", json={"minutes": -1}).status_code == 422
