@@ -19,7 +19,8 @@ import numpy as np
 from numcodecs import Blosc
 
 _EMPTY = np.uint64(2**64 - 1)
-_POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="hsstore-decode")
+# Shared by reads and writes: blosc and crc32c release the GIL, so chunks (de)compress in parallel.
+POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="hsstore-codec")
 
 
 class ChecksumError(ValueError):
@@ -100,7 +101,7 @@ def read_array(array_dir: Path, selection: tuple[slice | list[int], ...]) -> np.
             else:
                 out[np.ix_(*map(_as_array, dst))] = block[np.ix_(*map(_as_array, src))]
 
-        list(_POOL.map(decode, product(*per_dim)))
+        list(POOL.map(decode, product(*per_dim)))
     finally:
         os.close(fd)
     return out

@@ -12,20 +12,17 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from math import ceil
 from pathlib import Path
 
-import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, Crc32cCodec
 
 from schemas.keys import is_content_hash
-from schemas.tensors import DTYPES, RawTensor
+from schemas.tensors import RawTensor
 from service.storage.protocol import Selection
 from service.storage.shard_reader import read_array
+from service.storage.shard_writer import write_array, write_group
 
 HIDDEN_STATES = "hidden_states"
-_ZSTD_LEVEL = 3
 
 
 def _fsync_tree(root: Path) -> None:
@@ -113,39 +110,19 @@ class LocalZarrStore:
 
     def _write_group(self, path: Path, content_hash: str, tensors: Sequence[RawTensor]) -> None:
         info = {t.name: {"dtype": t.dtype, "shape": list(t.shape)} for t in tensors}
-        group = zarr.create_group(
-            store=zarr.storage.LocalStore(path),
-            zarr_format=3,
-            attributes={"hsstore": {"content_hash": content_hash, "tensors": info}},
-        )
+        write_group(path, {"hsstore": {"content_hash": content_hash, "tensors": info}})
         for index, tensor in enumerate(sorted(tensors, key=lambda t: t.name)):
-            chunks, shards = self._layout(tensor.shape)
-            itemsize, storage_dtype, _ = DTYPES[tensor.dtype]
-            array = group.create_array(
-                name=tensor.name,
-                shape=tensor.shape,
-                dtype=np.dtype(storage_dtype),
-                chunks=chunks,
-                shards=shards,
-                compressors=[
-                    BloscCodec(cname="zstd", clevel=_ZSTD_LEVEL, shuffle="shuffle", typesize=itemsize),
-                    Crc32cCodec(),
-                ],
-                fill_value=0,
-                # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded here
-                attributes={"dtype": tensor.dtype},
-            )
-            array[...] = tensor.numpy()
+            # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded in the attributes
+            write_array(path / tensor.name, tensor.numpy(), self._chunk_shape(tensor.shape), {"dtype": tensor.dtype})
             if index == 0 and self.write_pause_s:
                 time.sleep(self.write_pause_s)
 
-    def _layout(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        """Inner chunks: `chunk_tokens` tokens x one layer; one shard covers the whole array."""
+    def _chunk_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """Inner chunks: `chunk_tokens` tokens x one layer (so a layer slice reads only its chunks)."""
         tokens = max(1, min(self.chunk_tokens, shape[0]))
-        whole = ceil(shape[0] / tokens) * tokens
         if len(shape) == 3:
-            return (tokens, 1, shape[2]), (whole, shape[1], shape[2])
-        return (tokens, *shape[1:]), (whole, *shape[1:])
+            return (tokens, 1, shape[2])
+        return (tokens, *shape[1:])
 
     # -- reading -------------------------------------------------------------------------------------------------
     def _open(self, content_hash: str) -> zarr.Group:

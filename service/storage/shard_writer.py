@@ -1,0 +1,94 @@
+"""A direct writer for hsstore's one Zarr v3 layout (the twin of shard_reader): every inner chunk compressed with
+blosc (byte-shuffle + zstd) on a thread pool, crc32c appended, all chunks in one shard file with its index at the
+end, metadata as zarr itself writes it. zarr's generic write path cost most of the GPU host's writer time in Python
+(and the GIL the extraction thread needs); this one is blosc, crc32c and one file write. Any zarr reader opens
+the result (tested against zarr-python)."""
+
+from __future__ import annotations
+
+import json
+from itertools import product
+from math import ceil, prod
+from pathlib import Path
+from typing import Any
+
+import google_crc32c
+import numpy as np
+from numcodecs import Blosc
+
+from service.storage.shard_reader import POOL
+
+ZSTD_LEVEL = 1  # measured here: 2.3x the compression speed of level 3 for a 5% larger store
+
+
+def _crc(payload: bytes | np.ndarray) -> bytes:
+    return int(google_crc32c.value(np.frombuffer(payload, dtype=np.uint8))).to_bytes(4, "little")
+
+
+def write_group(path: Path, attributes: dict[str, Any]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "zarr.json").write_text(json.dumps({"attributes": attributes, "zarr_format": 3, "node_type": "group"}))
+
+
+def array_metadata(
+    shape: tuple[int, ...], dtype: np.dtype, chunk: tuple[int, ...], shard: tuple[int, ...], attributes: dict[str, Any]
+) -> dict[str, Any]:
+    bytes_codec: dict[str, Any] = {"name": "bytes"}
+    if dtype.itemsize > 1:
+        bytes_codec["configuration"] = {"endian": "little"}
+    blosc = {"typesize": dtype.itemsize, "cname": "zstd", "clevel": ZSTD_LEVEL, "shuffle": "shuffle", "blocksize": 0}
+    return {
+        "shape": list(shape),
+        "data_type": dtype.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(shard)}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0,
+        "codecs": [
+            {
+                "name": "sharding_indexed",
+                "configuration": {
+                    "chunk_shape": list(chunk),
+                    "codecs": [bytes_codec, {"name": "blosc", "configuration": blosc}, {"name": "crc32c"}],
+                    "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+                    "index_location": "end",
+                },
+            }
+        ],
+        "attributes": attributes,
+        "zarr_format": 3,
+        "node_type": "array",
+        "storage_transformers": [],
+    }
+
+
+def write_array(path: Path, data: np.ndarray, chunk: tuple[int, ...], attributes: dict[str, Any]) -> None:
+    """`data` (little-endian) as one shard of `chunk`-shaped inner chunks; edge chunks padded with the fill value."""
+    shard = tuple(ceil(n / c) * c for n, c in zip(data.shape, chunk, strict=True))
+    grid = [s // c for s, c in zip(shard, chunk, strict=True)]
+    codec = Blosc(cname="zstd", clevel=ZSTD_LEVEL, shuffle=Blosc.SHUFFLE, blocksize=0)
+
+    def encode(coords: tuple[int, ...]) -> bytes:
+        region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, chunk, strict=True))
+        block = data[region]
+        if block.shape != chunk:  # an edge chunk: zarr stores chunks whole, padded with the fill value
+            padded = np.zeros(chunk, dtype=data.dtype)
+            padded[tuple(slice(0, n) for n in block.shape)] = block
+            block = padded
+        compressed = codec.encode(np.ascontiguousarray(block))
+        return bytes(compressed) + _crc(compressed)
+
+    coordinates = list(product(*(range(g) for g in grid)))  # C order, the order of the shard index
+    chunks = list(POOL.map(encode, coordinates))
+    index = np.empty((prod(grid), 2), dtype="<u8")
+    offset = 0
+    for position, blob in enumerate(chunks):
+        index[position] = (offset, len(blob))
+        offset += len(blob)
+    index_bytes = index.tobytes()
+    shard_file = path.joinpath("c", *["0"] * data.ndim)
+    shard_file.parent.mkdir(parents=True, exist_ok=True)
+    with shard_file.open("wb") as handle:
+        for blob in chunks:
+            handle.write(blob)
+        handle.write(index_bytes + _crc(index_bytes))
+    (path / "zarr.json").write_text(json.dumps(array_metadata(data.shape, data.dtype, chunk, shard, attributes)))
