@@ -7,7 +7,6 @@ never depend on torch internals. bf16 has no numpy dtype: it travels as its raw 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from math import prod
 
@@ -58,8 +57,9 @@ class RawTensor:
     @classmethod
     def from_numpy(cls, name: str, dtype: str, array: np.ndarray) -> RawTensor:
         array = np.ascontiguousarray(array, dtype=DTYPES[dtype][1])
-        return cls(name, dtype, tuple(int(d) for d in array.shape), memoryview(array).cast("B"))
+        return cls(name, dtype, tuple(int(d) for d in array.shape), byte_view(array))
 
 
-def by_name(tensors: Iterable[RawTensor]) -> dict[str, RawTensor]:
-    return {t.name: t for t in sorted(tensors, key=lambda t: t.name)}
+def byte_view(array: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array, without a copy (also for empty arrays, which memoryview cannot cast)."""
+    return memoryview(array.reshape(-1).view(np.uint8))

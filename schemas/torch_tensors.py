@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from schemas.tensors import RawTensor
+from schemas.tensors import RawTensor, byte_view
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
@@ -25,7 +25,7 @@ def from_torch(name: str, tensor: torch.Tensor) -> RawTensor:
         raise ValueError(f"{name}: unsupported dtype {tensor.dtype}")
     tensor = tensor.detach().to("cpu").contiguous()
     flat = tensor.view(torch.int16) if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
-    return RawTensor(name, _NAMES[tensor.dtype], tuple(tensor.shape), memoryview(flat.numpy()).cast("B"))
+    return RawTensor(name, _NAMES[tensor.dtype], tuple(tensor.shape), byte_view(flat.numpy()))
 
 
 def to_torch(raw: RawTensor) -> torch.Tensor:

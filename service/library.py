@@ -174,9 +174,11 @@ class FeatureLibrary:
             index, key, had_versions = todo[position]
             parsed = prepared[index][0]
             extraction = pending.wait()
-            stored, added = self.record(self._manifest(key, featureset, parsed, extraction), extraction.tensors)
+            # _manifest hashed the tensors just now: record them without hashing again
+            stored, added = self._record(self._manifest(key, featureset, parsed, extraction), extraction.tensors)
             status = "existing" if not added else ("version_added" if had_versions else "extracted")
-            self.metrics.extracted_tokens.labels(key.backend).inc(stored.num_tokens)
+            if added:
+                self.metrics.extracted_tokens.labels(key.backend).inc(stored.num_tokens)
             results[index] = ExtractResult(
                 prompt_hash=key.prompt_hash, sample_id=parsed.label, status=status, manifest=stored
             )
@@ -224,6 +226,9 @@ class FeatureLibrary:
         partial entry, and redoing the write completes it."""
         if content_hash(tensors) != manifest.content_hash:
             raise CorruptEntry(f"tensors do not hash to {manifest.content_hash}")
+        return self._record(manifest, tensors)
+
+    def _record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
         self.store.put_if_absent(manifest.content_hash, tensors)
         document = manifest.model_copy(update={"seq": None, "audit": None}).model_dump_json().encode()
         self.store.put_manifest(version_name(manifest.key, manifest.content_hash), document)
@@ -265,7 +270,7 @@ class FeatureLibrary:
             )
         return max(found, key=lambda m: m.seq or 0)
 
-    def check_selection(self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None) -> Selection:
+    def selection_for(self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None) -> Selection:
         """The store selection for `layers` and `tokens` of an entry; InvalidRequest if they are not in it."""
         stored_layers = list(manifest.featureset.layers)
         positions: tuple[int, ...] | None = None
@@ -287,7 +292,7 @@ class FeatureLibrary:
     def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
         """Every chunk read is checked against its crc32c; with `verify_reads="content_hash"` a full read is also
         re-hashed here (the client verifies the content hash on receipt either way)."""
-        selection = self.check_selection(manifest, layers, tokens)
+        selection = self.selection_for(manifest, layers, tokens)
         stored_layers = list(manifest.featureset.layers)
         positions = selection.layer_positions
         span = selection.tokens or (0, manifest.num_tokens)
@@ -330,7 +335,7 @@ class FeatureLibrary:
         if (first.model_revision, first.featureset_id) != (second.model_revision, second.featureset_id):
             raise AmbiguousEntry("the two entries differ in model_revision or featureset; name both")
         left, right = self.read(first), self.read(second)
-        if content_hash([left.tensors["input_ids"]]) != content_hash([right.tensors["input_ids"]]):
+        if bytes(left.tensors["input_ids"].data) != bytes(right.tensors["input_ids"].data):
             raise InvalidRequest("the two entries hold different tokens, so their features cannot be compared")
         return CompareReport(
             prompt_hash=prompt_hash,
@@ -372,9 +377,19 @@ class FeatureLibrary:
         chosen = random.Random(seed).sample(runnable, min(sample, len(runnable)))
         results = []
         for manifest in chosen:
-            parsed = parse_sample(manifest.sample)
+            encoded = spec.encode(parse_sample(manifest.sample), self.max_sample_tokens)
+            if manifest.completion_source == "greedy:sglang":  # SGLang is not ours to re-ask: reuse its tokens
+                no_layers = Selection(layer_positions=())  # the tokens only
+                stored_ids = self.store.get_slice(manifest.content_hash, no_layers)["input_ids"].numpy()
+                completion = stored_ids[manifest.prompt_tokens :].tolist()
+                encoded = replace(
+                    encoded,
+                    completion_ids=completion,
+                    completion_source=manifest.completion_source,
+                    greedy_max_new_tokens=None,
+                )
             again = models.extractor().extract(
-                spec.encode(parsed, self.max_sample_tokens),
+                encoded,
                 manifest.featureset,
                 Backend(manifest.backend),
                 f"audit of {manifest.prompt_hash[:16]}",

@@ -73,35 +73,9 @@ CREATE TABLE IF NOT EXISTS kv (name TEXT PRIMARY KEY, value TEXT);
 
 
 def job_from_row(row: tuple) -> JobRecord:
-    (
-        id_,
-        state,
-        priority,
-        run_now,
-        backends,
-        featureset,
-        completion,
-        created,
-        started,
-        finished,
-        tokens,
-        busy,
-        error,
-    ) = row
+    id_, state, priority, run_now, backends, featureset, completion, *rest = row
     return JobRecord(
-        id_,
-        state,
-        priority,
-        bool(run_now),
-        json.loads(backends),
-        json.loads(featureset),
-        completion,
-        created,
-        started,
-        finished,
-        tokens,
-        busy,
-        error,
+        id_, state, priority, bool(run_now), json.loads(backends), json.loads(featureset), completion, *rest
     )
 
 

@@ -59,7 +59,7 @@ def batch_features(request: BatchRequest, library: LibraryDep) -> Response:
         for k in request.keys
     ]
     for manifest, key in resolved:  # check every slice before streaming
-        library.check_selection(manifest, key.layers, key.token_range())
+        library.selection_for(manifest, key.layers, key.token_range())
 
     def read(index: int) -> asyncio.Task[Served]:
         manifest, key = resolved[index]

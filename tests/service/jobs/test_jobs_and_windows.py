@@ -71,6 +71,8 @@ def test_reference_completions_come_from_sglang_before_the_window(windowed_setti
                 assert manifest.sample["completion"] == {"greedy": {"max_new_tokens": 6}}
                 features = client.get(prompt_hash=manifest.prompt_hash)
                 assert features.loss_mask.sum().item() == manifest.completion_tokens
+            audit = client.audit(3)  # re-extracts over SGLang's tokens, which are not asked for again
+            assert (audit.total, audit.reproduced) == (3, 3)
     assert events.index("sglang:/generate") < events.index("sglang:/release_memory_occupation")
 
 
