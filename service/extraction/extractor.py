@@ -6,6 +6,7 @@ the next forward overlaps the copy, and the caller's writer threads overlap hash
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from service.extraction.lean_forward import capture, chunked_argmax
 from service.extraction.stats import layer_stats
 from service.model.kernels import version_of
 from service.model.loader import LoadedModel
+
+log = logging.getLogger("hsstore.extraction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +68,7 @@ class Extractor:
         self.batch_tokens = batch_tokens
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self._copy_stream = torch.cuda.Stream(loaded.device) if loaded.device.type == "cuda" else None
-
-    @property
-    def revision(self) -> str:
-        return self.loaded.revision
+        self._calibrated: dict[tuple[int, Backend], int] = {}
 
     def fingerprint(self, backend: Backend, batch_tokens: int) -> Fingerprint:
         device = self.loaded.device
@@ -98,9 +98,9 @@ class Extractor:
         batch_tokens: int | None = None,
     ) -> Iterator[tuple[int, PendingExtraction]]:
         """Yield (index into `items`, pending extraction) as batches finish, longest sequences first."""
-        budget = self.batch_tokens if batch_tokens is None else batch_tokens
         loaded = self.loaded
         with self._lock, torch.inference_mode(), loaded.kernels.running(backend) as run:
+            budget = self._batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
             sequences = [self._complete(encoded) for encoded, _ in items]
             run.verify()
             fingerprint = self.fingerprint(backend, budget)
@@ -113,6 +113,43 @@ class Extractor:
                         index,
                         self._finish(rows[row], hidden[row], target, row, featureset, fingerprint, items[index][1]),
                     )
+
+    def batching_keeps_bits(self, batch_tokens: int, backend: Backend) -> bool:
+        """Whether batches of `batch_tokens` give every sequence the bits it gets alone, here (probed once)."""
+        with self._lock, torch.inference_mode(), self.loaded.kernels.running(backend):
+            return self._batch_budget(batch_tokens, backend) == batch_tokens
+
+    def _batch_budget(self, requested: int, backend: Backend) -> int:
+        """Batching may only change how fast, never the bits: the first time a budget is asked for, probe sequences
+        run alone and batched through every layer; if any bit differs on this device, batching stays off (measured:
+        it does on the H200 and on the CPU)."""
+        if requested <= 0:
+            return 0
+        if (requested, backend) not in self._calibrated:
+            keeps_bits = self._batching_keeps_bits(requested)
+            if not keeps_bits:
+                log.warning(
+                    "batches of %d tokens change bits on %s (%s): extracting one sequence per forward",
+                    requested,
+                    self.loaded.device,
+                    backend.value,
+                )
+            self._calibrated[(requested, backend)] = requested if keeps_bits else 0
+        return self._calibrated[(requested, backend)]
+
+    def _batching_keeps_bits(self, budget: int) -> bool:
+        generator = torch.Generator().manual_seed(0)
+        vocab = int(self.loaded.config.vocab_size)
+        lengths = [n for n in (17, 129, 300, 1000, 1023) if 2 * n <= budget] or [1]
+        probes = [_Sequence(torch.randint(0, vocab, (n,), generator=generator).tolist(), n, None) for n in lengths]
+        every_layer = FeatureSet(layers=list(range(self.loaded.num_layers)))
+        alone = [self._forward([probe], every_layer)[0][0] for probe in probes]
+        for batch in plan_batches(lengths, budget):
+            together, _ = self._forward([probes[i] for i in batch], every_layer)
+            for row, index in enumerate(batch):
+                if not torch.equal(together[row, : lengths[index]], alone[index]):
+                    return False
+        return True
 
     def _complete(self, encoded: EncodedPrompt) -> _Sequence:
         completion = encoded.completion_ids or []
