@@ -81,3 +81,23 @@ class TestCatalogContract:
         reopened = SqliteCatalog(path)
         assert reopened.versions(manifest().key)[0].content_hash == manifest().content_hash
         reopened.close()
+
+
+def test_jobs_run_by_priority_then_age_and_windowed_jobs_wait(catalog: Catalog) -> None:
+    from service.catalog.jobs import JobRecord
+
+    def job(id_: str, priority: int, created: str, run_now: bool = False) -> JobRecord:
+        return JobRecord(
+            id_, "queued", priority, run_now, ["torch"], {"layers": [1]}, None, created, None, None, 0, 0.0
+        )
+
+    catalog.create_job(job("old", 0, "2026-11-30T01:00:00Z"), [(0, "torch", {"text": "a"}, "a" * 64, None)])
+    catalog.create_job(job("urgent", 5, "2026-11-30T02:00:00Z"), [(0, "torch", {"text": "b"}, "b" * 64, None)])
+    catalog.create_job(job("now", -1, "2026-11-30T03:00:00Z", run_now=True), [(0, "torch", {"text": "c"}, "c" * 64, 4)])
+    assert [j.id for j in catalog.runnable_jobs(include_windowed=True)] == ["urgent", "old", "now"]
+    assert [j.id for j in catalog.runnable_jobs(include_windowed=False)] == ["now"]
+    (item,) = catalog.pending_items("now", 10, needing_completion=True)
+    catalog.set_completion("now", 0, [7, 8], "greedy:sglang")
+    assert catalog.pending_items("now", 10, needing_completion=True) == []
+    catalog.finish_item(item, "done", content_hash="sha256:" + "0" * 64)
+    assert catalog.job_counts("now") == {"done": 1, "completions_fetched": 1}

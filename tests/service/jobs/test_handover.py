@@ -4,6 +4,7 @@ raises; and a service killed mid-window resumes SGLang at its next start and fin
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from client import FeatureClient
 from service.main import create_app
@@ -98,3 +99,16 @@ def test_sigkill_mid_window_resumes_sglang_and_completes(
             assert FeatureClient(second.url).exists(sample)
     after = list(events)[killed_at:]
     assert after.index("sglang:/resume_memory_occupation") < after.index("sglang:/release_memory_occupation")
+
+
+def test_operator_commands_handover(tmp_path, standin) -> None:
+    from service.handover import CommandHandover, HandoverFailed
+
+    log = tmp_path / "ops.log"
+    handover = CommandHandover(f"sh -c 'echo stop >> {log}'", f"sh -c 'echo start >> {log}'", standin[1], 10)
+    handover.release()
+    handover.resume()  # runs the start command, then polls SGLang's /health
+    assert log.read_text().split() == ["stop", "start"]
+    assert standin[0].log[-1] == "sglang:/health"
+    with pytest.raises(HandoverFailed, match="exited 3"):
+        CommandHandover("sh -c 'exit 3'", "true", standin[1], 10).release()
