@@ -13,6 +13,7 @@ def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CONFIG_ENV, str(REPO / "deploy" / "hsstore.example.toml"))
     settings = Settings()
     assert settings.device == "cuda" and settings.tokens["change-me-trainer"] == ["read"]
+    assert settings.windows_enforced and not settings.preload and settings.handover == "memory_saver"
 
 
 def test_environment_overrides_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
