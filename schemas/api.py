@@ -6,9 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas.backend import Backend
+from schemas.backend import check_backend
 from schemas.featureset import FeatureSet, LayerId
-from schemas.keys import is_content_hash, is_featureset_id, is_model_revision, is_prompt_hash
+from schemas.keys import check_content_hash, check_featureset_id, check_model_revision, check_prompt_hash
 from schemas.manifest import Manifest
 from schemas.tokens import TokenRange, parse_token_range
 
@@ -124,40 +124,11 @@ class FeatureKey(BaseModel):
     layers: list[LayerId] | None = None
     tokens: str | None = Field(default=None, description="half-open token range a:b")
 
-    @field_validator("prompt_hash")
-    @classmethod
-    def _prompt_hash(cls, value: str) -> str:
-        if not is_prompt_hash(value):
-            raise ValueError("prompt_hash must be 64 lowercase hex characters")
-        return value
-
-    @field_validator("content_hash")
-    @classmethod
-    def _content_hash(cls, value: str | None) -> str | None:
-        if value is not None and not is_content_hash(value):
-            raise ValueError("content_hash must be 'sha256:' + 64 lowercase hex")
-        return value
-
-    @field_validator("model_revision")
-    @classmethod
-    def _model_revision(cls, value: str | None) -> str | None:
-        if value is not None and not is_model_revision(value):
-            raise ValueError("model_revision must be a 40-hex commit or 'sha256:' + 64 hex")
-        return value
-
-    @field_validator("featureset")
-    @classmethod
-    def _featureset(cls, value: str | None) -> str | None:
-        if value is not None and not is_featureset_id(value):
-            raise ValueError("featureset must be a 16-hex featureset id")
-        return value
-
-    @field_validator("backend")
-    @classmethod
-    def _backend(cls, value: str | None) -> str | None:
-        if value is not None and value not in {b.value for b in Backend}:
-            raise ValueError(f"unknown backend; one of {[b.value for b in Backend]}")
-        return value
+    _prompt_hash = field_validator("prompt_hash")(lambda value: check_prompt_hash(value))
+    _content_hash = field_validator("content_hash")(lambda value: check_content_hash(value))
+    _model_revision = field_validator("model_revision")(lambda value: check_model_revision(value))
+    _featureset = field_validator("featureset")(lambda value: check_featureset_id(value))
+    _backend = field_validator("backend")(lambda value: check_backend(value))
 
     @field_validator("tokens")
     @classmethod

@@ -15,6 +15,13 @@ class Backend(StrEnum):
     TORCH = "torch"  # all reference code
 
 
+def check_backend(value: str | None) -> str | None:
+    """The value, or ValueError naming the backends there are."""
+    if value is not None and value not in {b.value for b in Backend}:
+        raise ValueError(f"unknown backend {value[:40]!r}; one of {[b.value for b in Backend]}")
+    return value
+
+
 AUTO = "auto"
 BACKEND_CHOICES = (AUTO, *(b.value for b in Backend))
 

@@ -28,6 +28,31 @@ def is_model_revision(value: str) -> bool:
     return bool(MODEL_REVISION.match(value))
 
 
+def check_prompt_hash(value: str) -> str:
+    """The value, or ValueError saying what a prompt hash looks like (one message for query strings and bodies)."""
+    if not is_prompt_hash(value):
+        raise ValueError(f"prompt_hash must be 64 lowercase hex characters (sha256), got {value[:80]!r}")
+    return value
+
+
+def check_content_hash(value: str | None) -> str | None:
+    if value is not None and not is_content_hash(value):
+        raise ValueError(f"content_hash must be 'sha256:' + 64 lowercase hex, got {value[:80]!r}")
+    return value
+
+
+def check_model_revision(value: str | None) -> str | None:
+    if value is not None and not is_model_revision(value):
+        raise ValueError(f"model_revision must be a 40-hex commit or 'sha256:' + 64 hex, got {value[:80]!r}")
+    return value
+
+
+def check_featureset_id(value: str | None) -> str | None:
+    if value is not None and not is_featureset_id(value):
+        raise ValueError(f"featureset must be a 16-hex featureset id, got {value[:40]!r}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class EntryKey:
     """(prompt_hash, model_revision, backend, featureset id): what one entry, with all its versions, is stored under."""

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Path, Query
 
-from schemas.backend import Backend
+from schemas import backend as backend_names
+from schemas import keys
 from schemas.featureset import LayerId, parse_layer
-from schemas.keys import is_content_hash, is_featureset_id, is_model_revision, is_prompt_hash
 from schemas.tokens import TokenRange, parse_token_range
 from service.errors import InvalidRequest
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,28 +35,28 @@ class FeatureQuery:
     tokens: TokenRange | None
 
 
+def _checked(check: Callable[[T], T], value: T) -> T:
+    """A schemas check, its ValueError turned into the API's InvalidRequest."""
+    try:
+        return check(value)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
 def check_prompt_hash(value: str) -> str:
-    if not is_prompt_hash(value):
-        raise InvalidRequest(f"prompt_hash must be 64 lowercase hex characters (sha256), got {value[:80]!r}")
-    return value
+    return _checked(keys.check_prompt_hash, value)
 
 
 def check_backend(value: str | None) -> str | None:
-    if value is not None and value not in {b.value for b in Backend}:
-        raise InvalidRequest(f"unknown backend {value[:40]!r}; one of {[b.value for b in Backend]}")
-    return value
+    return _checked(backend_names.check_backend, value)
 
 
 def check_model_revision(value: str | None) -> str | None:
-    if value is not None and not is_model_revision(value):
-        raise InvalidRequest(f"model_revision must be a 40-hex commit or 'sha256:' + 64 hex, got {value[:80]!r}")
-    return value
+    return _checked(keys.check_model_revision, value)
 
 
 def check_featureset(value: str | None) -> str | None:
-    if value is not None and not is_featureset_id(value):
-        raise InvalidRequest(f"featureset must be a 16-hex featureset id, got {value[:40]!r}")
-    return value
+    return _checked(keys.check_featureset_id, value)
 
 
 def key_query(
@@ -63,8 +66,7 @@ def key_query(
     featureset: str | None = None,
     content_hash: str | None = None,
 ) -> KeyQuery:
-    if content_hash is not None and not is_content_hash(content_hash):
-        raise InvalidRequest(f"content_hash must be 'sha256:' + 64 lowercase hex, got {content_hash[:80]!r}")
+    _checked(keys.check_content_hash, content_hash)
     return KeyQuery(
         check_prompt_hash(prompt_hash),
         check_model_revision(model_revision),
