@@ -5,7 +5,6 @@ one is refused with a 4xx naming it and the job is never created; the job and al
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 
 from schemas.api import JobError, JobList, JobRequest, JobStatus, greedy_tokens
 from schemas.backend import AUTO
@@ -14,11 +13,7 @@ from schemas.samples import InvalidSampleError, parse_sample
 from service.catalog.jobs import JobRecord
 from service.catalog.protocol import Catalog
 from service.errors import InvalidRequest, InvalidSample, JobNotFound
-from service.library import FeatureLibrary
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+from service.library import FeatureLibrary, now
 
 
 class JobQueue:
@@ -60,7 +55,7 @@ class JobQueue:
             backends=backends,
             featureset=featureset.canonical(),
             completion=request.completion,
-            created_at=_now(),
+            created_at=now(),
             started_at=None,
             finished_at=None,
             tokens=0,
@@ -110,5 +105,5 @@ class JobQueue:
         if job is None:
             raise JobNotFound(f"no job {job_id}")
         if job.state in ("queued", "running"):
-            self.catalog.set_job_state(job_id, "cancelled", finished_at=_now())
+            self.catalog.set_job_state(job_id, "cancelled", finished_at=now())
         return self.status(job_id)

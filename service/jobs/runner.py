@@ -8,15 +8,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
 from schemas.samples import parse_sample
 from service.catalog.jobs import JobItem, JobRecord
 from service.catalog.protocol import Catalog
-from service.errors import BackendUnavailable, HsstoreError, InvalidRequest, NonFiniteFeatures, TooLarge
-from service.library import FeatureLibrary
+from service.errors import BackendUnavailable, InvalidRequest, NonFiniteFeatures, TooLarge
+from service.library import FeatureLibrary, now
 from service.model.manager import ModelManager
 from service.sglang import SGLangClient
 from service.windows import Windows
@@ -25,10 +24,6 @@ log = logging.getLogger("hsstore.jobs")
 # Errors that belong to one sample: the sample fails, the job goes on. Anything else is the host's trouble.
 SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, BackendUnavailable)
 MAX_HOST_FAILURES = 3
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class JobRunner:
@@ -99,15 +94,12 @@ class JobRunner:
         backend = items[0].backend
         items = [item for item in items if item.backend == backend]
         if job.state == "queued":
-            self.catalog.set_job_state(job.id, "running", started_at=_now())
+            self.catalog.set_job_state(job.id, "running", started_at=now())
         featureset = FeatureSet.model_validate(job.featureset)
         started = time.monotonic()
         try:
             outcomes = self._extract(items, featureset, backend)
-        except HsstoreError as exc:
-            self._host_failure(job, exc)
-            return
-        except Exception as exc:
+        except Exception as exc:  # not a sample's fault (those are outcomes): the model or the hand-over
             log.exception("extraction failed")
             self._host_failure(job, exc)
             return
@@ -151,14 +143,14 @@ class JobRunner:
         failures = self._host_failures.get(job.id, 0) + 1
         self._host_failures[job.id] = failures
         if failures >= MAX_HOST_FAILURES:
-            self.catalog.set_job_state(job.id, "failed", finished_at=_now(), error=f"{type(exc).__name__}: {exc}")
+            self.catalog.set_job_state(job.id, "failed", finished_at=now(), error=f"{type(exc).__name__}: {exc}")
             self._host_failures.pop(job.id, None)
         self._stop.wait(min(30.0, self.poll_s * 4 * failures))
 
     def _finish(self, job: JobRecord) -> None:
         current = self.catalog.get_job(job.id)
         if current is not None and current.state in ("queued", "running"):
-            self.catalog.set_job_state(job.id, "done", finished_at=_now())
+            self.catalog.set_job_state(job.id, "done", finished_at=now())
         self._emit("job_done")
 
     def _prefetch_completions(self, only: JobRecord | None = None) -> bool:
