@@ -41,5 +41,6 @@ class Fingerprint(BaseModel):
     kernels: dict[str, str]
     compiled: bool = False
     cuda_graphs: bool = False
+    elementwise: str = "eager"  # or the fused forwards that replaced the eager elementwise chains
     batching: str = "one sequence per forward, no padding"
     device_map: str = "single device"

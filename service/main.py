@@ -62,7 +62,7 @@ def build_models(
         loaded = load_weights(spec, settings.attn_implementation)
     return ModelManager(
         spec,
-        lambda model: Extractor(model, settings.target_ids_chunk, settings.batch_tokens),
+        lambda model: Extractor(model, settings.target_ids_chunk, settings.batch_tokens, settings.fused_elementwise),
         make_handover(settings),
         HandoverLedger(settings.data_dir / "handover.json"),
         attn_implementation=settings.attn_implementation,

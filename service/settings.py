@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     batch_tokens: int = Field(
         default=0, ge=0, description="padded tokens per forward when batching; 0 = one sequence per forward"
     )
+    fused_elementwise: bool = Field(
+        default=True,
+        description="on CUDA, run the norms' and activations' elementwise chains as fused Triton kernels once they "
+        "are proven bit-equal to eager on this device; false = always eager",
+    )
     verify_reads: Literal["chunks", "content_hash"] = Field(
         default="chunks",
         description="chunks: every chunk read is checked against its crc32c; content_hash: full reads are also "

@@ -1,11 +1,13 @@
 """The extractor: one loaded model, one forward at a time, every result labelled with the kernels that ran.
 
-Batches run on the calling thread; each result's device-to-host copy runs on a side stream into pinned memory, so
-the next forward overlaps the copy, and the caller's writer threads overlap hashing, compression and writing.
+Batches run on the calling thread, which never waits for the GPU: token ids go up from pinned memory, and each
+result's tensors and layer summary come down on a side stream into pinned memory, so the next forward overlaps the
+copy, and the caller's writer threads (which wait for it) overlap hashing, compression and writing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -15,18 +17,20 @@ import torch
 import transformers
 
 from schemas.backend import Backend, Fingerprint
-from schemas.featureset import FeatureSet
+from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import LayerStats
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
 from service.extraction.batching import describe, plan_batches
 from service.extraction.encode import EncodedPrompt
 from service.extraction.lean_forward import capture, chunked_argmax
-from service.extraction.stats import layer_stats
+from service.extraction.stats import layer_stats, layer_summary
+from service.model.fused import EAGER, FUSED, FusedForwards
 from service.model.kernels import version_of
 from service.model.loader import LoadedModel
 
 log = logging.getLogger("hsstore.extraction")
+_SUMMARY = "layer summary"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,19 +43,42 @@ class Extraction:
     completion_source: str | None
 
 
-class PendingExtraction:
-    """An extraction whose tensors may still be on their way to host memory; `wait()` from any thread."""
+@dataclass(frozen=True, slots=True)
+class _Labels:
+    """What an extraction is, known before its tensors reach the host."""
 
-    def __init__(self, host: dict[str, torch.Tensor], done: torch.cuda.Event | None, extraction: Extraction) -> None:
+    layers: list[LayerId]
+    label: str
+    fingerprint: Fingerprint
+    prompt_tokens: int
+    completion_tokens: int
+    completion_source: str | None
+
+
+class PendingExtraction:
+    """An extraction whose tensors may still be on their way to host memory; `wait()` from any thread. The layer
+    summary comes with them, so a NaN or Inf is refused (NonFiniteFeatures) here, before anything is stored."""
+
+    def __init__(
+        self, host: dict[str, torch.Tensor], summary: torch.Tensor, done: torch.cuda.Event | None, labels: _Labels
+    ) -> None:
         self._host = host
+        self._summary = summary
         self._done = done
-        self._extraction = extraction
+        self._labels = labels
 
     def wait(self) -> Extraction:
         if self._done is not None:
             self._done.synchronize()
-            self._done = None
-        return self._extraction
+        labels = self._labels
+        return Extraction(
+            tensors=[from_torch(name, tensor) for name, tensor in self._host.items()],
+            layer_stats=layer_stats(self._summary, labels.layers, labels.label),
+            fingerprint=labels.fingerprint,
+            prompt_tokens=labels.prompt_tokens,
+            completion_tokens=labels.completion_tokens,
+            completion_source=labels.completion_source,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,15 +89,20 @@ class _Sequence:
 
 
 class Extractor:
-    def __init__(self, loaded: LoadedModel, target_ids_chunk: int = 1024, batch_tokens: int = 0) -> None:
+    def __init__(
+        self, loaded: LoadedModel, target_ids_chunk: int = 1024, batch_tokens: int = 0, fuse: bool = True
+    ) -> None:
         self.loaded = loaded
+        self.fuse = fuse
         self.target_ids_chunk = target_ids_chunk
         self.batch_tokens = batch_tokens
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self._copy_stream = torch.cuda.Stream(loaded.device) if loaded.device.type == "cuda" else None
         self._calibrated: dict[tuple[int, Backend], int] = {}
+        self._fused: FusedForwards | None = None
+        self._fusion_checked: dict[Backend, bool] = {}
 
-    def fingerprint(self, backend: Backend, batch_tokens: int) -> Fingerprint:
+    def fingerprint(self, backend: Backend, batch_tokens: int, fused: bool = False) -> Fingerprint:
         device = self.loaded.device
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         return Fingerprint(
@@ -83,6 +115,7 @@ class Extractor:
             attn_implementation=str(self.loaded.config._attn_implementation),
             kernels=self.loaded.kernels.plan(backend),
             batching=describe(batch_tokens),
+            elementwise=FUSED if fused else EAGER,
         )
 
     def extract(self, encoded: EncodedPrompt, featureset: FeatureSet, backend: Backend, label: str) -> Extraction:
@@ -101,12 +134,13 @@ class Extractor:
         loaded = self.loaded
         with self._lock, torch.inference_mode(), loaded.kernels.running(backend) as run:
             budget = self._batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
+            fused = self._fusion(backend)
             sequences = [self._complete(encoded) for encoded, _ in items]
             run.verify()
-            fingerprint = self.fingerprint(backend, budget)
+            fingerprint = self.fingerprint(backend, budget, fused is not None)
             for batch in plan_batches([len(s.ids) for s in sequences], budget):
                 rows = [sequences[i] for i in batch]
-                hidden, target = self._forward(rows, featureset)
+                hidden, target = self._forward(rows, featureset, fused)
                 run.verify()  # nothing leaves this function labelled with kernels that did not run
                 for row, index in enumerate(batch):
                     yield (
@@ -137,11 +171,45 @@ class Extractor:
             self._calibrated[(requested, backend)] = requested if keeps_bits else 0
         return self._calibrated[(requested, backend)]
 
-    def _batching_keeps_bits(self, budget: int) -> bool:
+    def fusion_keeps_bits(self, backend: Backend) -> bool:
+        """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
+        with self._lock, torch.inference_mode(), self.loaded.kernels.running(backend):
+            return self._fusion(backend) is not None
+
+    def _fusion(self, backend: Backend) -> FusedForwards | None:
+        """The fused forwards, once probe sequences gave every layer the eager bits with them under `backend`."""
+        if not self.fuse:
+            return None
+        if backend not in self._fusion_checked:
+            if self._fused is None and not self._fusion_checked:
+                self._fused = FusedForwards.for_model(self.loaded.model, self.loaded.device)
+            keeps_bits = self._fused is not None and self._fusion_keeps_bits(self._fused)
+            if self._fused is not None and not keeps_bits:
+                log.warning(
+                    "fused elementwise forwards change bits on %s (%s): running eager",
+                    self.loaded.device,
+                    backend.value,
+                )
+            self._fusion_checked[backend] = keeps_bits
+        return self._fused if self._fusion_checked[backend] else None
+
+    def _fusion_keeps_bits(self, fused: FusedForwards) -> bool:
+        every_layer = FeatureSet(layers=list(range(self.loaded.num_layers)))
+        for probe in self._probes((300, 1000)):
+            eager, _ = self._forward([probe], every_layer)
+            with_fusion, _ = self._forward([probe], every_layer, fused)
+            if not torch.equal(eager, with_fusion):
+                return False
+        return True
+
+    def _probes(self, lengths: Sequence[int]) -> list[_Sequence]:
         generator = torch.Generator().manual_seed(0)
         vocab = int(self.loaded.config.vocab_size)
+        return [_Sequence(torch.randint(0, vocab, (n,), generator=generator).tolist(), n, None) for n in lengths]
+
+    def _batching_keeps_bits(self, budget: int) -> bool:
         lengths = [n for n in (17, 129, 300, 1000, 1023) if 2 * n <= budget] or [1]
-        probes = [_Sequence(torch.randint(0, vocab, (n,), generator=generator).tolist(), n, None) for n in lengths]
+        probes = self._probes(lengths)
         every_layer = FeatureSet(layers=list(range(self.loaded.num_layers)))
         alone = [self._forward([probe], every_layer)[0][0] for probe in probes]
         for batch in plan_batches(lengths, budget):
@@ -164,15 +232,19 @@ class Extractor:
             completion = generated[0, prompt.shape[1] :].tolist()
         return _Sequence(encoded.prompt_ids + completion, len(encoded.prompt_ids), encoded.completion_source)
 
-    def _forward(self, rows: list[_Sequence], featureset: FeatureSet) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _forward(
+        self, rows: list[_Sequence], featureset: FeatureSet, fused: FusedForwards | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[B, T, n_layers, H] hidden states (right-padded) and, if asked, [B, T] target ids."""
         longest = max(len(r.ids) for r in rows)
-        ids = torch.zeros((len(rows), longest), dtype=torch.long)
+        ids = torch.zeros((len(rows), longest), dtype=torch.long, pin_memory=self._copy_stream is not None)
         for row, seq in enumerate(rows):
             ids[row, : len(seq.ids)] = torch.tensor(seq.ids)
         # No padding mask: pads sit after every real token and every layer is causal, so real tokens never see them,
         # and the kernels stay the unmasked ones a sequence alone runs.
-        hidden, normed = capture(self.loaded.body, ids.to(self.loaded.device), featureset)
+        with fused.applied() if fused is not None else contextlib.nullcontext():
+            # from pinned memory without blocking: the thread never waits for the GPU between sequences
+            hidden, normed = capture(self.loaded.body, ids.to(self.loaded.device, non_blocking=True), featureset)
         target = None
         if normed is not None:
             lm_head = self.loaded.model.get_output_embeddings()
@@ -195,22 +267,23 @@ class Extractor:
         device_tensors: dict[str, torch.Tensor] = {"hidden_states": padded_hidden[:length]}
         if target is not None:
             device_tensors["target_ids"] = target[row, :length]
-        stats = layer_stats(device_tensors["hidden_states"], list(featureset.layers), label)
+        device_tensors[_SUMMARY] = layer_summary(device_tensors["hidden_states"])
         host, done = self._to_host(device_tensors)
+        summary = host.pop(_SUMMARY)
         host["input_ids"] = torch.tensor(seq.ids, dtype=torch.int32)
         if seq.completion_source is not None:
             mask = torch.zeros(length, dtype=torch.uint8)
             mask[seq.prompt_tokens :] = 1
             host["loss_mask"] = mask
-        extraction = Extraction(
-            tensors=[from_torch(name, tensor) for name, tensor in host.items()],
-            layer_stats=stats,
-            fingerprint=fingerprint,
-            prompt_tokens=seq.prompt_tokens,
-            completion_tokens=length - seq.prompt_tokens,
-            completion_source=seq.completion_source,
+        labels = _Labels(
+            list(featureset.layers),
+            label,
+            fingerprint,
+            seq.prompt_tokens,
+            length - seq.prompt_tokens,
+            seq.completion_source,
         )
-        return PendingExtraction(host, done, extraction)
+        return PendingExtraction(host, summary, done, labels)
 
     def _to_host(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.cuda.Event | None]:
         if self._copy_stream is None:

@@ -1,4 +1,8 @@
-"""Per-layer summary statistics, and the refusal of tensors with NaN or Inf."""
+"""Per-layer summary statistics, and the refusal of tensors with NaN or Inf.
+
+The summary is computed on the device and travels to the host with the features, so the extraction thread never
+waits for the GPU; the refusal happens where the summary is read (`layer_stats`), before anything is stored.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,9 @@ from schemas.manifest import LayerStats
 from service.errors import NonFiniteFeatures
 
 
-def layer_stats(hidden_states: torch.Tensor, layers: list[LayerId], label: str) -> list[LayerStats]:
-    """`hidden_states` [T, n_layers, H]; raises NonFiniteFeatures naming the bad layers. One device sync; one
-    layer at a time in float32, so the extra memory is one layer's, not the whole tensor's."""
+def layer_summary(hidden_states: torch.Tensor) -> torch.Tensor:
+    """`hidden_states` [T, n_layers, H] -> float32 [n_layers, 4]: mean, std, absmax, all-finite (1.0 or 0.0). One
+    layer at a time in float32, so the extra memory is one layer's, not the whole tensor's; no device sync."""
     rows = []
     for position in range(hidden_states.shape[1]):
         values = hidden_states[:, position].float()
@@ -20,11 +24,15 @@ def layer_stats(hidden_states: torch.Tensor, layers: list[LayerId], label: str) 
                 [values.mean(), values.std(correction=0), values.abs().amax(), torch.isfinite(values).all().float()]
             )
         )
-    summary = torch.stack(rows).tolist()
-    bad = [layer for layer, row in zip(layers, summary, strict=True) if row[3] != 1.0]
+    return torch.stack(rows)
+
+
+def layer_stats(summary: torch.Tensor, layers: list[LayerId], label: str) -> list[LayerStats]:
+    """The summary as LayerStats; raises NonFiniteFeatures naming the layers that hold NaN or Inf."""
+    rows = summary.tolist()
+    bad = [layer for layer, row in zip(layers, rows, strict=True) if row[3] != 1.0]
     if bad:
         raise NonFiniteFeatures(f"{label}: layers {bad} hold NaN or Inf; nothing was stored")
     return [
-        LayerStats(layer=layer, mean=row[0], std=row[1], absmax=row[2])
-        for layer, row in zip(layers, summary, strict=True)
+        LayerStats(layer=layer, mean=row[0], std=row[1], absmax=row[2]) for layer, row in zip(layers, rows, strict=True)
     ]

@@ -67,7 +67,7 @@ def write_array(path: Path, data: np.ndarray, chunk: tuple[int, ...], attributes
     grid = [s // c for s, c in zip(shard, chunk, strict=True)]
     codec = Blosc(cname="zstd", clevel=ZSTD_LEVEL, shuffle=Blosc.SHUFFLE, blocksize=0)
 
-    def encode(coords: tuple[int, ...]) -> bytes:
+    def encode(coords: tuple[int, ...]) -> tuple[bytes, bytes]:
         region = tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, chunk, strict=True))
         block = data[region]
         if block.shape != chunk:  # an edge chunk: zarr stores chunks whole, padded with the fill value
@@ -75,20 +75,22 @@ def write_array(path: Path, data: np.ndarray, chunk: tuple[int, ...], attributes
             padded[tuple(slice(0, n) for n in block.shape)] = block
             block = padded
         compressed = codec.encode(np.ascontiguousarray(block))
-        return bytes(compressed) + _crc(compressed)
+        # kept apart and written one after the other: joining them is a copy made holding the GIL
+        return compressed, _crc(compressed)
 
     coordinates = list(product(*(range(g) for g in grid)))  # C order, the order of the shard index
     chunks = list(POOL.map(encode, coordinates))
     index = np.empty((prod(grid), 2), dtype="<u8")
     offset = 0
-    for position, blob in enumerate(chunks):
-        index[position] = (offset, len(blob))
-        offset += len(blob)
+    for position, (compressed, crc) in enumerate(chunks):
+        index[position] = (offset, len(compressed) + len(crc))
+        offset += len(compressed) + len(crc)
     index_bytes = index.tobytes()
     shard_file = path.joinpath("c", *["0"] * data.ndim)
     shard_file.parent.mkdir(parents=True, exist_ok=True)
     with shard_file.open("wb") as handle:
-        for blob in chunks:
-            handle.write(blob)
+        for compressed, crc in chunks:
+            handle.write(compressed)
+            handle.write(crc)
         handle.write(index_bytes + _crc(index_bytes))
     (path / "zarr.json").write_text(json.dumps(array_metadata(data.shape, data.dtype, chunk, shard, attributes)))

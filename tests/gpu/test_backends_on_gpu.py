@@ -18,6 +18,7 @@ from client import FeatureClient
 from schemas.featureset import FeatureSet
 from service.main import create_app
 from service.model.devmodel import build_devmodel
+from service.model.fused import FUSED
 from service.settings import Settings
 from tests.conftest import REPO, LiveServer
 
@@ -77,7 +78,8 @@ def test_served_layers_equal_hf_hidden_states_on_gpu(gpu_client: FeatureClient, 
     from transformers import AutoModelForCausalLM
 
     featureset = FeatureSet(layers=[0, 1, 2, 3, 4, 5, 6])
-    gpu_client.extract([SAMPLE], featureset=featureset, backend="fla")
+    manifest = gpu_client.extract([SAMPLE], featureset=featureset, backend="fla").results[0].manifest
+    assert manifest.fingerprint.elementwise == FUSED  # the fused forwards ran, and still gave HF's bits
     served = gpu_client.get(SAMPLE, featureset=featureset, backend="fla")
     model = AutoModelForCausalLM.from_pretrained(gpu_settings.model_dir, dtype=torch.bfloat16).cuda().eval()
     with torch.inference_mode():

@@ -1,0 +1,157 @@
+"""Fused elementwise forwards for the qwen3_5 decoder, used only where they are proven to give the eager bits.
+
+The eager RMSNorms, the MLP's silu-times-up and the linear-attention gated norm make up to ten passes over float32
+copies of their input; about a quarter of the GPU time of a forward (GPU.md). Each fused forward here does the same
+arithmetic in two Triton passes around torch's own mean (fused_kernels.py says how the bits are kept).
+
+Proof before use, per device: `FusedForwards.for_model` runs every kernel over all 65,536 bfloat16 values against the
+eager torch ops, and the extractor runs probe sequences through every layer fused and eager and compares all bits
+before it fuses anything (`Extractor._fusion_keeps_bits`). Where Triton or CUDA is missing, or any bit differs, the
+eager modules run, and the fingerprint's `elementwise` field names what ran either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+log = logging.getLogger("hsstore.fused")
+
+EAGER = "eager"
+FUSED = "hsstore-fused-elementwise-v1 (bit-equal to eager, probed on this device)"
+_MAX_ELEMENTS = 2**31 - 1
+
+
+def _kernels() -> Any | None:
+    try:
+        from service.model import fused_kernels
+    except ImportError:  # no Triton on this host (CPU-only torch)
+        return None
+    return fused_kernels
+
+
+def _fusable(*tensors: torch.Tensor) -> bool:
+    return all(t.dtype == torch.bfloat16 and t.is_contiguous() and 0 < t.numel() <= _MAX_ELEMENTS for t in tensors)
+
+
+def _rms_norm(kernels: Any) -> Callable[[Any, torch.Tensor], torch.Tensor]:
+    def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
+        if not _fusable(x) or module.weight.dtype != torch.bfloat16:
+            return type(module).forward(module, x)
+        # The eager module, step for step: x.float().pow(2).mean(-1) + eps, rsqrt; then (x * r) * (1 + w).
+        inv_rms = torch.rsqrt(kernels.square(x).mean(-1, keepdim=True) + module.eps)
+        return kernels.rms_tail(x, inv_rms, 1.0 + module.weight.float())
+
+    return forward
+
+
+def _gated_norm(kernels: Any) -> Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]:
+    def forward(module: Any, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        if not _fusable(x, gate, module.weight) or module.activation != "silu" or gate.shape != x.shape:
+            return type(module).forward(module, x, gate)
+        inv_rms = torch.rsqrt(kernels.square(x).mean(-1, keepdim=True) + module.variance_epsilon)
+        return kernels.gated_tail(x, inv_rms, module.weight, gate)
+
+    return forward
+
+
+def _mlp(kernels: Any) -> Callable[[Any, torch.Tensor], torch.Tensor]:
+    def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
+        gate, up = module.gate_proj(x), module.up_proj(x)
+        if not _fusable(gate, up) or module.config.hidden_act != "silu":
+            return module.down_proj(module.act_fn(gate) * up)
+        return module.down_proj(kernels.silu_mul(gate, up))
+
+    return forward
+
+
+class FusedForwards:
+    """The fused forwards of one model's modules, switched on for the length of a `with applied():` block."""
+
+    def __init__(self, model: Any, kernels: Any) -> None:
+        modeling = sys.modules[type(model).__module__]
+        factories: dict[type, Callable[[Any], Callable[..., torch.Tensor]]] = {}
+        for class_name, factory in (("RMSNorm", _rms_norm), ("RMSNormGated", _gated_norm), ("MLP", _mlp)):
+            cls = next((c for n, c in vars(modeling).items() if n.endswith(class_name) and "Vision" not in n), None)
+            if isinstance(cls, type):
+                factories[cls] = factory
+        self._targets = [
+            (module, factories[type(module)](kernels)) for module in model.modules() if type(module) in factories
+        ]
+
+    @classmethod
+    def for_model(cls, model: Any, device: torch.device) -> FusedForwards | None:
+        """The fused forwards where they can run and every kernel gives the eager bits on all bfloat16 inputs."""
+        kernels = _kernels() if device.type == "cuda" else None
+        if kernels is None:
+            return None
+        mismatched = kernel_mismatches(kernels, device)
+        if mismatched:
+            log.warning("fused elementwise kernels differ from eager on %s: %s; running eager", device, mismatched)
+            return None
+        return cls(model, kernels)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        try:
+            for module, forward in self._targets:
+                module.forward = types.MethodType(forward, module)
+            yield
+        finally:
+            for module, _ in self._targets:
+                module.__dict__.pop("forward", None)
+
+
+def every_bfloat16(device: torch.device) -> torch.Tensor:
+    """All 65,536 bfloat16 bit patterns (NaNs included)."""
+    return torch.arange(-(2**15), 2**15, dtype=torch.int32, device=device).to(torch.int16).view(torch.bfloat16)
+
+
+def kernel_mismatches(kernels: Any, device: torch.device) -> list[str]:
+    """Names of the kernels whose output bits differ from the eager torch ops', over every bfloat16 input paired
+    with random partners. Empty when all agree."""
+    from transformers.activations import ACT2FN
+
+    silu = ACT2FN["silu"]
+    values = every_bfloat16(device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    partner = (torch.randn(values.shape, generator=generator, device=device) * 4).to(torch.bfloat16)
+    rows = values.view(-1, 128)
+    scale = 1.0 + (torch.randn(128, generator=generator, device=device) * 0.1).to(torch.bfloat16).float()
+    weight = (1 + torch.randn(128, generator=generator, device=device) * 0.1).to(torch.bfloat16)
+    inv_rms = torch.rand((rows.shape[0], 1), generator=generator, device=device) * 4
+    gate = partner.view(-1, 128)
+    eager = {
+        "square": rows.float().pow(2),
+        "rms_tail": ((rows.float() * inv_rms) * scale).to(torch.bfloat16),
+        "silu_mul": silu(values) * partner,
+        "silu_mul(gate=partner)": silu(partner) * values,
+        "gated_tail": (weight * (rows.float() * inv_rms).to(torch.bfloat16) * silu(gate.float())).to(torch.bfloat16),
+        "gated_tail(gate=all)": (weight * (gate.float() * inv_rms).to(torch.bfloat16) * silu(rows.float())).to(
+            torch.bfloat16
+        ),
+    }
+    fused = {
+        "square": kernels.square(rows),
+        "rms_tail": kernels.rms_tail(rows, inv_rms, scale),
+        "silu_mul": kernels.silu_mul(values, partner),
+        "silu_mul(gate=partner)": kernels.silu_mul(partner, values),
+        "gated_tail": kernels.gated_tail(rows, inv_rms, weight, gate),
+        "gated_tail(gate=all)": kernels.gated_tail(gate, inv_rms, weight, rows),
+    }
+    return [name for name in eager if not _same_bits(eager[name], fused[name])]
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality, where a NaN matches any NaN: features holding NaN are refused before they are stored, so
+    payloads never reach a content hash."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    as_int = {torch.bfloat16: torch.int16, torch.float32: torch.int32}[a.dtype]
+    return bool(((a.view(as_int) == b.view(as_int)) | (a.isnan() & b.isnan())).all())

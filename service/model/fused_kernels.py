@@ -1,0 +1,103 @@
+"""Triton kernels that redo, in one pass over memory, what the qwen3_5 modules' eager elementwise chains do in many.
+
+Each kernel repeats its eager chain's float32 arithmetic operation for operation, with the same roundings (IEEE
+multiply and divide, round-to-nearest-even to bfloat16, `expf`), so the output bits are the eager ones. Reductions
+are never reimplemented: the mean of squares stays torch's own kernel on the same float32 input, because its
+summation order is what fixes the bits. Contraction into fused multiply-adds is off for the same reason.
+
+Imported only where Triton and a CUDA device exist; `fused.py` decides whether to use these at all and proves them
+bit-equal on the device before it does.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+BLOCK = 2048
+SMALLEST_NORMAL = tl.constexpr(1.1754943508222875e-38)  # below it the divide's operand is subnormal: see _silu
+
+
+@triton.jit
+def _silu(x):
+    """torch's silu on float32: x / (1 + expf(-x)). Triton's libdevice runs flush-to-zero, so a subnormal x would
+    come out 0; eager gives x / 2 there (expf(-x) = 1), which one exact multiply by 0.5 rounds the same way."""
+    silu = tl.math.div_rn(x, 1.0 + libdevice.exp(-x))
+    return tl.where(tl.abs(x) < SMALLEST_NORMAL, x * 0.5, silu)
+
+
+@triton.jit
+def _square_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, x * x, mask=mask)
+
+
+@triton.jit
+def _rms_tail_kernel(x_ptr, r_ptr, scale_ptr, out_ptr, n, cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    r = tl.load(r_ptr + offsets // cols, mask=mask)
+    scale = tl.load(scale_ptr + offsets % cols, mask=mask)
+    tl.store(out_ptr + offsets, ((x * r) * scale).to(tl.bfloat16), mask=mask)
+
+
+@triton.jit
+def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    gate = tl.load(gate_ptr + offsets, mask=mask).to(tl.float32)
+    up = tl.load(up_ptr + offsets, mask=mask).to(tl.float32)
+    activated = _silu(gate).to(tl.bfloat16).to(tl.float32)
+    tl.store(out_ptr + offsets, (activated * up).to(tl.bfloat16), mask=mask)
+
+
+@triton.jit
+def _gated_tail_kernel(x_ptr, r_ptr, weight_ptr, gate_ptr, out_ptr, n, cols, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    r = tl.load(r_ptr + offsets // cols, mask=mask)
+    weight = tl.load(weight_ptr + offsets % cols, mask=mask).to(tl.float32)
+    gate = tl.load(gate_ptr + offsets, mask=mask).to(tl.float32)
+    normed = (x * r).to(tl.bfloat16).to(tl.float32)
+    weighted = (weight * normed).to(tl.bfloat16).to(tl.float32)
+    tl.store(out_ptr + offsets, (weighted * _silu(gate)).to(tl.bfloat16), mask=mask)
+
+
+def _grid(n: int) -> tuple[int]:
+    return (triton.cdiv(n, BLOCK),)
+
+
+def square(x: torch.Tensor) -> torch.Tensor:
+    """float32(x) ** 2, as `x.float().pow(2)` computes it."""
+    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    _square_kernel[_grid(x.numel())](x, out, x.numel(), BLOCK=BLOCK, enable_fp_fusion=False)
+    return out
+
+
+def rms_tail(x: torch.Tensor, inv_rms: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """bfloat16((float32(x) * inv_rms) * scale); `inv_rms` one float32 per row, `scale` one per column."""
+    out = torch.empty_like(x)
+    n = x.numel()
+    _rms_tail_kernel[_grid(n)](x, inv_rms, scale, out, n, x.shape[-1], BLOCK=BLOCK, enable_fp_fusion=False)
+    return out
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """bfloat16(bfloat16(silu(gate)) * up): the MLP's `act_fn(gate_proj(x)) * up_proj(x)`."""
+    out = torch.empty_like(gate)
+    _silu_mul_kernel[_grid(gate.numel())](gate, up, out, gate.numel(), BLOCK=BLOCK, enable_fp_fusion=False)
+    return out
+
+
+def gated_tail(x: torch.Tensor, inv_rms: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """The gated RMSNorm after its mean: bfloat16(bfloat16(weight * bfloat16(x * inv_rms)) * silu(float32(gate)))."""
+    out = torch.empty_like(x)
+    n = x.numel()
+    _gated_tail_kernel[_grid(n)](x, inv_rms, weight, gate, out, n, x.shape[-1], BLOCK=BLOCK, enable_fp_fusion=False)
+    return out

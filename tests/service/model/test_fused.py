@@ -1,0 +1,70 @@
+"""The fused forwards' plumbing: with kernels that compute what the Triton ones do (in torch ops, so CI can run them),
+every layer keeps the eager bits and every kernel is used; on the CPU the service runs eager and says so."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from schemas.api import ExtractRequest
+from schemas.featureset import FeatureSet
+from service.extraction.lean_forward import capture
+from service.main import build_library
+from service.model.fused import EAGER, FusedForwards
+from service.model.loader import LoadedModel
+from service.settings import Settings
+
+
+class CountingReferenceKernels:
+    """The arithmetic each kernel in fused_kernels.py performs, as torch ops, counting calls."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    def square(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls["square"] += 1
+        return x.float() * x.float()
+
+    def rms_tail(self, x: torch.Tensor, inv_rms: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        self.calls["rms_tail"] += 1
+        return ((x.float() * inv_rms) * scale).to(torch.bfloat16)
+
+    def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        self.calls["silu_mul"] += 1
+        return F.silu(gate) * up
+
+    def gated_tail(self, x: torch.Tensor, inv_rms: torch.Tensor, weight: torch.Tensor, gate: Any) -> torch.Tensor:
+        self.calls["gated_tail"] += 1
+        normed = (x.float() * inv_rms).to(torch.bfloat16)
+        return ((weight * normed) * F.silu(gate.float())).to(torch.bfloat16)
+
+
+def test_fused_forwards_keep_every_layers_bits(tiny_loaded: LoadedModel) -> None:
+    kernels = CountingReferenceKernels()
+    fused = FusedForwards(tiny_loaded.model, kernels)
+    every_layer = FeatureSet(layers=[*range(tiny_loaded.num_layers), "final_norm"])
+    ids = torch.randint(0, int(tiny_loaded.config.vocab_size), (1, 97), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        eager, _ = capture(tiny_loaded.body, ids, every_layer)
+        with fused.applied():
+            with_fusion, _ = capture(tiny_loaded.body, ids, every_layer)
+        after, _ = capture(tiny_loaded.body, ids, every_layer)
+    assert torch.equal(eager, with_fusion)
+    assert torch.equal(eager, after)  # the eager forwards are back after the block
+    layers = tiny_loaded.num_layers
+    linear = sum(t == "linear_attention" for t in tiny_loaded.config.layer_types)
+    # two norms per layer, q/k norms of the full-attention layers fall back (strided views), final norm
+    assert kernels.calls["rms_tail"] >= 2 * layers + 1
+    assert kernels.calls["silu_mul"] == layers
+    assert kernels.calls["gated_tail"] == linear > 0
+    assert kernels.calls["square"] == kernels.calls["rms_tail"] + kernels.calls["gated_tail"]
+
+
+def test_cpu_extraction_runs_eager_and_the_fingerprint_says_so(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    assert FusedForwards.for_model(tiny_loaded.model, torch.device("cpu")) is None
+    library = build_library(settings, tiny_loaded)
+    manifest = library.extract(ExtractRequest(samples=[{"text": "fused?"}])).results[0].manifest
+    assert manifest.fingerprint.elementwise == EAGER
