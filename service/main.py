@@ -62,7 +62,13 @@ def build_models(
         loaded = load_weights(spec, settings.attn_implementation)
     return ModelManager(
         spec,
-        lambda model: Extractor(model, settings.target_ids_chunk, settings.batch_tokens, settings.fused_elementwise),
+        lambda model: Extractor(
+            model,
+            settings.target_ids_chunk,
+            settings.batch_tokens,
+            settings.fused_elementwise,
+            settings.launch_ahead_layers,
+        ),
         make_handover(settings),
         HandoverLedger(settings.data_dir / "handover.json"),
         attn_implementation=settings.attn_implementation,
