@@ -21,7 +21,7 @@ class LayerPacer:
     def __init__(self, layers: Sequence[torch.nn.Module], depth: int, device: torch.device) -> None:
         self.layers = layers
         self.depth = depth if device.type == "cuda" else 0
-        self.waits = 0  # events waited on, for tests and metrics
+        self.waits = 0  # times the thread had to wait for the GPU
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
@@ -35,8 +35,10 @@ class LayerPacer:
             event.record()
             pending.append(event)
             if len(pending) > self.depth:
-                pending.popleft().synchronize()  # releases the GIL while it waits
-                self.waits += 1
+                oldest = pending.popleft()
+                if not oldest.query():  # when the GPU is behind: give up the GIL and wait
+                    oldest.synchronize()
+                    self.waits += 1
 
         handles = [layer.register_forward_pre_hook(before_layer) for layer in self.layers]
         try:

@@ -21,6 +21,9 @@ def test_before_each_layer_the_thread_waits_for_the_layer_depth_back(
         def record(self) -> None:
             recorded.append(self)
 
+        def query(self) -> bool:
+            return recorded.index(self) % 2 == 1  # every other layer the GPU is found to be done already
+
         def synchronize(self) -> None:
             waited.append(recorded.index(self))
 
@@ -33,7 +36,7 @@ def test_before_each_layer_the_thread_waits_for_the_layer_depth_back(
         tiny_loaded.body(input_ids=ids, use_cache=False)  # hooks gone: nothing more recorded
     layers = tiny_loaded.num_layers
     assert len(recorded) == layers
-    assert waited == list(range(layers - 2)) and pacer.waits == layers - 2
+    assert waited == [i for i in range(layers - 2) if i % 2 == 0] and pacer.waits == len(waited) > 0
 
 
 def test_pacing_is_off_without_a_gpu(tiny_loaded: LoadedModel) -> None:
