@@ -4,7 +4,6 @@ Run on the device with: python -m pytest -m gpu tests/gpu"""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -21,16 +20,9 @@ from service.model.devmodel import build_devmodel
 from service.model.fused import FUSED
 from service.settings import Settings
 from tests.conftest import REPO, LiveServer
+from tests.gpu.marks import needs_gpu_with
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not torch.cuda.is_available()
-        or importlib.util.find_spec("fla") is None
-        or importlib.util.find_spec("causal_conv1d") is None,
-        reason="needs a CUDA GPU with flash-linear-attention and causal-conv1d",
-    ),
-]
+pytestmark = needs_gpu_with("fla", "causal_conv1d")
 SAMPLE = {"messages": [{"role": "user", "content": "Implement an LRU cache in Python. " * 12}]}
 
 

@@ -4,7 +4,6 @@ Run on the device with: python -m pytest -m gpu tests/gpu"""
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 
 import pytest
@@ -15,17 +14,9 @@ from schemas.featureset import FeatureSet
 from service.extraction.lean_forward import capture
 from service.model.fused import FusedForwards, kernel_mismatches
 from service.model.loader import LoadedModel
+from tests.gpu.marks import needs_gpu_with
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not torch.cuda.is_available()
-        or importlib.util.find_spec("triton") is None
-        or importlib.util.find_spec("fla") is None
-        or importlib.util.find_spec("causal_conv1d") is None,
-        reason="needs a CUDA GPU with Triton, flash-linear-attention and causal-conv1d",
-    ),
-]
+pytestmark = needs_gpu_with("triton", "fla", "causal_conv1d")
 
 
 @pytest.fixture(scope="module")

@@ -3,23 +3,15 @@ Run on the device with: python -m pytest -m gpu tests/gpu"""
 
 from __future__ import annotations
 
-import importlib.util
-
-import pytest
 import torch
 
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from schemas.samples import parse_sample
 from service.extraction.extractor import Extractor
+from tests.gpu.marks import needs_gpu_with
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not torch.cuda.is_available() or importlib.util.find_spec("fla") is None,
-        reason="needs a CUDA GPU with flash-linear-attention",
-    ),
-]
+pytestmark = needs_gpu_with("fla")
 
 
 def test_paced_extraction_waits_on_the_gpu_and_keeps_every_bit() -> None:
