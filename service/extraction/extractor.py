@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from schemas.backend import Backend, Fingerprint
-from schemas.featureset import FeatureSet, LayerId
+from schemas.featureset import FINAL_NORM, FeatureSet, LayerId
 from schemas.manifest import LayerStats
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
@@ -201,7 +201,7 @@ class Extractor:
         return self._fused if self._fusion_checked[backend] else None
 
     def _fusion_keeps_bits(self, fused: FusedForwards) -> bool:
-        every_layer = FeatureSet(layers=list(range(self.loaded.num_layers)))
+        every_layer = FeatureSet(layers=[*range(self.loaded.num_layers), FINAL_NORM])
         for probe in self._probes((300, 1000)):
             eager, _ = self._forward([probe], every_layer)
             with_fusion, _ = self._forward([probe], every_layer, fused)

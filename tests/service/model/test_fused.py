@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from schemas.api import ExtractRequest
+from schemas.backend import Backend
 from schemas.featureset import FeatureSet
+from service.extraction.extractor import Extractor
 from service.extraction.lean_forward import capture
 from service.main import build_library
 from service.model.fused import EAGER, FusedForwards
@@ -68,3 +71,20 @@ def test_cpu_extraction_runs_eager_and_the_fingerprint_says_so(settings: Setting
     library = build_library(settings, tiny_loaded)
     manifest = library.extract(ExtractRequest(samples=[{"text": "fused?"}])).results[0].manifest
     assert manifest.fingerprint.elementwise == EAGER
+
+
+class RoundsElsewhere(CountingReferenceKernels):
+    """The RMSNorm tail with the same formula but bfloat16 intermediates: close, and not the eager bits."""
+
+    def rms_tail(self, x: torch.Tensor, inv_rms: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return (x * inv_rms.to(torch.bfloat16)) * scale.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize(("kernels", "fused"), [(CountingReferenceKernels, True), (RoundsElsewhere, False)])
+def test_the_extractor_fuses_only_what_its_probe_proves_bit_equal(
+    tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, kernels: type, fused: bool
+) -> None:
+    monkeypatch.setattr(FusedForwards, "for_model", classmethod(lambda cls, model, device: cls(model, kernels())))
+    extractor = Extractor(tiny_loaded)
+    assert extractor.fusion_keeps_bits(Backend.TORCH) is fused
+    assert Extractor(tiny_loaded, fuse=False).fusion_keeps_bits(Backend.TORCH) is False
