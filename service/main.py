@@ -67,7 +67,6 @@ def build_models(
             settings.target_ids_chunk,
             settings.batch_tokens,
             settings.fused_elementwise,
-            settings.launch_ahead_layers,
         ),
         make_handover(settings),
         HandoverLedger(settings.data_dir / "handover.json"),

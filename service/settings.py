@@ -39,12 +39,6 @@ class Settings(BaseSettings):
         description="on CUDA, run the norms' and activations' elementwise chains as fused Triton kernels once they "
         "are proven bit-equal to eager on this device; false = always eager",
     )
-    launch_ahead_layers: int = Field(
-        default=0,
-        ge=0,
-        description="on CUDA, keep the extraction thread at most this many decoder layers ahead of the GPU, waiting "
-        "with the GIL released so writer threads keep up; 0 = as far ahead as the GPU's queue allows",
-    )
     verify_reads: Literal["chunks", "content_hash"] = Field(
         default="chunks",
         description="chunks: every chunk read is checked against its crc32c; content_hash: full reads are also "

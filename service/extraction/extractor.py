@@ -24,7 +24,6 @@ from schemas.torch_tensors import from_torch
 from service.extraction.batching import describe, plan_batches
 from service.extraction.encode import EncodedPrompt
 from service.extraction.lean_forward import capture, chunked_argmax
-from service.extraction.pacing import LayerPacer
 from service.extraction.stats import layer_stats, layer_summary
 from service.model.fused import EAGER, FUSED, FusedForwards
 from service.model.kernels import version_of
@@ -96,11 +95,9 @@ class Extractor:
         target_ids_chunk: int = 1024,
         batch_tokens: int = 0,
         fuse: bool = True,
-        launch_ahead_layers: int = 0,
     ) -> None:
         self.loaded = loaded
         self.fuse = fuse
-        self.pacer = LayerPacer(loaded.body.layers, launch_ahead_layers, loaded.device)
         self.target_ids_chunk = target_ids_chunk
         self.batch_tokens = batch_tokens
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
@@ -249,7 +246,7 @@ class Extractor:
             ids[row, : len(seq.ids)] = torch.tensor(seq.ids)
         # No padding mask: pads sit after every real token and every layer is causal, so real tokens never see them,
         # and the kernels stay the unmasked ones a sequence alone runs.
-        with fused.applied() if fused is not None else contextlib.nullcontext(), self.pacer.applied():
+        with fused.applied() if fused is not None else contextlib.nullcontext():
             # from pinned memory without blocking: the thread never waits for the GPU between sequences
             hidden, normed = capture(self.loaded.body, ids.to(self.loaded.device, non_blocking=True), featureset)
         target = None

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -24,7 +24,7 @@ import torch
 log = logging.getLogger("hsstore.fused")
 
 EAGER = "eager"
-FUSED = "hsstore-fused-elementwise-v1 (bit-equal to eager, probed on this device)"
+FUSED = "hsstore-fused-elementwise-v2 (bit-equal to eager, probed on this device)"
 _MAX_ELEMENTS = 2**31 - 1
 
 
@@ -40,13 +40,47 @@ def _fusable(*tensors: torch.Tensor) -> bool:
     return all(t.dtype == torch.bfloat16 and t.is_contiguous() and 0 < t.numel() <= _MAX_ELEMENTS for t in tensors)
 
 
+def row_stride(x: torch.Tensor) -> int | None:
+    """The distance between consecutive rows (last-dimension vectors) of `x` when they are evenly spaced, do not
+    overlap and each is contiguous; None otherwise. The query norm's input is such a view: every other half-row."""
+    if x.dim() == 0 or (x.shape[-1] > 1 and x.stride(-1) != 1):
+        return None
+    step: int | None = None
+    expected = 0
+    for size, stride in zip(reversed(x.shape[:-1]), reversed(x.stride()[:-1]), strict=True):
+        if size == 1:
+            continue
+        if step is None:
+            step, expected = stride, stride * size
+        elif stride != expected:
+            return None
+        else:
+            expected *= size
+    if step is None:
+        return x.shape[-1]
+    return step if step >= x.shape[-1] else None
+
+
+def _weight_version(weight: torch.Tensor) -> tuple[int, int] | None:
+    try:
+        return weight.data_ptr(), weight._version
+    except RuntimeError:  # an inference tensor has no version counter: never cached
+        return None
+
+
 def _rms_norm(kernels: Any) -> Callable[[Any, torch.Tensor], torch.Tensor]:
+    cached: dict[str, Any] = {}  # this module's `1 + w` in float32, until its weight changes
+
     def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
-        if not _fusable(x) or module.weight.dtype != torch.bfloat16:
+        evenly_spaced = x.dtype == torch.bfloat16 and 0 < x.numel() <= _MAX_ELEMENTS and row_stride(x) is not None
+        if not evenly_spaced or module.weight.dtype != torch.bfloat16:
             return type(module).forward(module, x)
         # The eager module, step for step: x.float().pow(2).mean(-1) + eps, rsqrt; then (x * r) * (1 + w).
-        inv_rms = torch.rsqrt(kernels.square(x).mean(-1, keepdim=True) + module.eps)
-        return kernels.rms_tail(x, inv_rms, 1.0 + module.weight.float())
+        # `1 + w` is the same torch op on the same weight at every call: computed once, it saves two launches.
+        version = _weight_version(module.weight)
+        if version is None or cached.get("version") != version:
+            cached["version"], cached["scale"] = version, 1.0 + module.weight.float()
+        return kernels.rms_tail(x, kernels.square(x).mean(-1, keepdim=True), module.eps, cached["scale"])
 
     return forward
 
@@ -55,8 +89,8 @@ def _gated_norm(kernels: Any) -> Callable[[Any, torch.Tensor, torch.Tensor], tor
     def forward(module: Any, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         if not _fusable(x, gate, module.weight) or module.activation != "silu" or gate.shape != x.shape:
             return type(module).forward(module, x, gate)
-        inv_rms = torch.rsqrt(kernels.square(x).mean(-1, keepdim=True) + module.variance_epsilon)
-        return kernels.gated_tail(x, inv_rms, module.weight, gate)
+        variance = kernels.square(x).mean(-1, keepdim=True)
+        return kernels.gated_tail(x, variance, module.variance_epsilon, module.weight, gate)
 
     return forward
 
@@ -91,11 +125,17 @@ class FusedForwards:
         kernels = _kernels() if device.type == "cuda" else None
         if kernels is None:
             return None
-        mismatched = kernel_mismatches(kernels, device)
+        fused = cls(model, kernels)
+        mismatched = kernel_mismatches(kernels, device, fused.epsilons())
         if mismatched:
             log.warning("fused elementwise kernels differ from eager on %s: %s; running eager", device, mismatched)
             return None
-        return cls(model, kernels)
+        return fused
+
+    def epsilons(self) -> set[float]:
+        """The norms' epsilons, each of which the device check covers."""
+        found = (getattr(module, "eps", getattr(module, "variance_epsilon", None)) for module, _ in self._targets)
+        return {float(eps) for eps in found if eps is not None}
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
@@ -113,9 +153,17 @@ def every_bfloat16(device: torch.device) -> torch.Tensor:
     return torch.arange(-(2**15), 2**15, dtype=torch.int32, device=device).to(torch.int16).view(torch.bfloat16)
 
 
-def kernel_mismatches(kernels: Any, device: torch.device) -> list[str]:
+def every_nonnegative_float32(device: torch.device, chunk: int = 2**27) -> Iterator[torch.Tensor]:
+    """All float32 values from +0 to +inf, `chunk` at a time."""
+    end = 0x7F800000 + 1
+    for start in range(0, end, chunk):
+        yield torch.arange(start, min(start + chunk, end), dtype=torch.int32, device=device).view(torch.float32)
+
+
+def kernel_mismatches(kernels: Any, device: torch.device, epsilons: Iterable[float] = (1e-6,)) -> list[str]:
     """Names of the kernels whose output bits differ from the eager torch ops', over every bfloat16 input paired
-    with random partners. Empty when all agree."""
+    with random partners, and the norms' `rsqrt(variance + eps)` over every non-negative float32 variance for each
+    eps. Empty when all agree."""
     from transformers.activations import ACT2FN
 
     silu = ACT2FN["silu"]
@@ -125,11 +173,16 @@ def kernel_mismatches(kernels: Any, device: torch.device) -> list[str]:
     rows = values.view(-1, 128)
     scale = 1.0 + (torch.randn(128, generator=generator, device=device) * 0.1).to(torch.bfloat16).float()
     weight = (1 + torch.randn(128, generator=generator, device=device) * 0.1).to(torch.bfloat16)
-    inv_rms = torch.rand((rows.shape[0], 1), generator=generator, device=device) * 4
+    variance = torch.rand((rows.shape[0], 1), generator=generator, device=device) * 4
+    eps = 1e-6
+    inv_rms = torch.rsqrt(variance + eps)
     gate = partner.view(-1, 128)
+    strided = torch.cat([rows, gate], dim=1)[:, :128]  # the rows again, 256 apart, as the query norm sees them
     eager = {
         "square": rows.float().pow(2),
         "rms_tail": ((rows.float() * inv_rms) * scale).to(torch.bfloat16),
+        "square(strided)": strided.float().pow(2),
+        "rms_tail(strided)": ((strided.float() * inv_rms) * scale).to(torch.bfloat16),
         "silu_mul": silu(values) * partner,
         "silu_mul(gate=partner)": silu(partner) * values,
         "gated_tail": (weight * (rows.float() * inv_rms).to(torch.bfloat16) * silu(gate.float())).to(torch.bfloat16),
@@ -139,13 +192,22 @@ def kernel_mismatches(kernels: Any, device: torch.device) -> list[str]:
     }
     fused = {
         "square": kernels.square(rows),
-        "rms_tail": kernels.rms_tail(rows, inv_rms, scale),
+        "rms_tail": kernels.rms_tail(rows, variance, eps, scale),
+        "square(strided)": kernels.square(strided),
+        "rms_tail(strided)": kernels.rms_tail(strided, variance, eps, scale),
         "silu_mul": kernels.silu_mul(values, partner),
         "silu_mul(gate=partner)": kernels.silu_mul(partner, values),
-        "gated_tail": kernels.gated_tail(rows, inv_rms, weight, gate),
-        "gated_tail(gate=all)": kernels.gated_tail(gate, inv_rms, weight, rows),
+        "gated_tail": kernels.gated_tail(rows, variance, eps, weight, gate),
+        "gated_tail(gate=all)": kernels.gated_tail(gate, variance, eps, weight, rows),
     }
-    return [name for name in eager if not _same_bits(eager[name], fused[name])]
+    mismatched = [name for name in eager if not _same_bits(eager[name], fused[name])]
+    for norm_eps in sorted(set(epsilons)):
+        if not all(
+            _same_bits(torch.rsqrt(v + norm_eps), kernels.inv_rms(v, norm_eps))
+            for v in every_nonnegative_float32(device)
+        ):
+            mismatched.append(f"inv_rms(eps={norm_eps:g})")
+    return mismatched
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -1,9 +1,9 @@
 """Triton kernels that redo, in one pass over memory, what the qwen3_5 modules' eager elementwise chains do in many.
 
 Each kernel repeats its eager chain's float32 arithmetic operation for operation, with the same roundings (IEEE
-multiply and divide, round-to-nearest-even to bfloat16, `expf`), so the output bits are the eager ones. Reductions
-are never reimplemented: the mean of squares stays torch's own kernel on the same float32 input, because its
-summation order is what fixes the bits. Contraction into fused multiply-adds is off for the same reason.
+add, multiply and divide, round-to-nearest-even to bfloat16, `expf`, `rsqrtf`), so the output bits are the eager
+ones. Reductions are never reimplemented: the mean of squares stays torch's own kernel on the same float32 input,
+because its summation order is what fixes the bits. Contraction into fused multiply-adds is off for the same reason.
 
 Imported only where Triton and a CUDA device exist; `fused.py` decides whether to use these at all and proves them
 bit-equal on the device before it does.
@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+
+from service.model.fused import row_stride
 
 BLOCK = 2048
 SMALLEST_NORMAL = tl.constexpr(1.1754943508222875e-38)  # below it the divide's operand is subnormal: see _silu
@@ -29,19 +31,44 @@ def _silu(x):
 
 
 @triton.jit
-def _square_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def _inv_rms(variance, eps):
+    """torch.rsqrt(variance + eps) on float32: an IEEE add, then rsqrtf (flush-to-zero only matters below the
+    smallest normal, which `variance + eps` never is for the norms' eps; the device check proves it)."""
+    return libdevice.rsqrt(variance + eps)
+
+
+@triton.jit
+def _inv_rms_kernel(variance_ptr, out_ptr, eps, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, _inv_rms(tl.load(variance_ptr + offsets, mask=mask), eps), mask=mask)
+
+
+@triton.jit
+def _source(offsets, cols, row_stride, STRIDED: tl.constexpr):
+    """Where element `offsets` of the contiguous output reads its input: rows `row_stride` apart when STRIDED (the
+    query norm's input is every other half-row of q_proj's output)."""
+    if STRIDED:
+        return (offsets // cols) * row_stride + offsets % cols
+    return offsets
+
+
+@triton.jit
+def _square_kernel(x_ptr, out_ptr, n, cols, row_stride, STRIDED: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + _source(offsets, cols, row_stride, STRIDED), mask=mask).to(tl.float32)
     tl.store(out_ptr + offsets, x * x, mask=mask)
 
 
 @triton.jit
-def _rms_tail_kernel(x_ptr, r_ptr, scale_ptr, out_ptr, n, cols, BLOCK: tl.constexpr):
+def _rms_tail_kernel(
+    x_ptr, variance_ptr, eps, scale_ptr, out_ptr, n, cols, row_stride, STRIDED: tl.constexpr, BLOCK: tl.constexpr
+):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-    r = tl.load(r_ptr + offsets // cols, mask=mask)
+    x = tl.load(x_ptr + _source(offsets, cols, row_stride, STRIDED), mask=mask).to(tl.float32)
+    r = _inv_rms(tl.load(variance_ptr + offsets // cols, mask=mask), eps)
     scale = tl.load(scale_ptr + offsets % cols, mask=mask)
     tl.store(out_ptr + offsets, ((x * r) * scale).to(tl.bfloat16), mask=mask)
 
@@ -57,11 +84,11 @@ def _silu_mul_kernel(gate_ptr, up_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _gated_tail_kernel(x_ptr, r_ptr, weight_ptr, gate_ptr, out_ptr, n, cols, BLOCK: tl.constexpr):
+def _gated_tail_kernel(x_ptr, variance_ptr, eps, weight_ptr, gate_ptr, out_ptr, n, cols, BLOCK: tl.constexpr):
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)
-    r = tl.load(r_ptr + offsets // cols, mask=mask)
+    r = _inv_rms(tl.load(variance_ptr + offsets // cols, mask=mask), eps)
     weight = tl.load(weight_ptr + offsets % cols, mask=mask).to(tl.float32)
     gate = tl.load(gate_ptr + offsets, mask=mask).to(tl.float32)
     normed = (x * r).to(tl.bfloat16).to(tl.float32)
@@ -73,18 +100,34 @@ def _grid(n: int) -> tuple[int]:
     return (triton.cdiv(n, BLOCK),)
 
 
-def square(x: torch.Tensor) -> torch.Tensor:
-    """float32(x) ** 2, as `x.float().pow(2)` computes it."""
-    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-    _square_kernel[_grid(x.numel())](x, out, x.numel(), BLOCK=BLOCK, enable_fp_fusion=False)
+def inv_rms(variance: torch.Tensor, eps: float) -> torch.Tensor:
+    """torch.rsqrt(variance + eps), as the tails compute it (for the device check)."""
+    out = torch.empty_like(variance)
+    n = variance.numel()
+    _inv_rms_kernel[_grid(n)](variance, out, eps, n, BLOCK=BLOCK, enable_fp_fusion=False)
     return out
 
 
-def rms_tail(x: torch.Tensor, inv_rms: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """bfloat16((float32(x) * inv_rms) * scale); `inv_rms` one float32 per row, `scale` one per column."""
-    out = torch.empty_like(x)
+def _layout(x: torch.Tensor) -> dict[str, int | bool]:
+    cols, stride = x.shape[-1], row_stride(x)
+    if stride is None:
+        raise ValueError("x's rows must be evenly spaced with a contiguous last dimension")
+    return {"cols": cols, "row_stride": stride, "STRIDED": stride != cols}
+
+
+def square(x: torch.Tensor) -> torch.Tensor:
+    """float32(x) ** 2, contiguous, as `x.float().pow(2)` computes it; x's rows may be evenly spaced apart."""
+    out = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    _square_kernel[_grid(x.numel())](x, out, x.numel(), **_layout(x), BLOCK=BLOCK, enable_fp_fusion=False)
+    return out
+
+
+def rms_tail(x: torch.Tensor, variance: torch.Tensor, eps: float, scale: torch.Tensor) -> torch.Tensor:
+    """bfloat16((float32(x) * rsqrt(variance + eps)) * scale), contiguous; `variance` one float32 per row, `scale`
+    one per column; x's rows may be evenly spaced apart."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     n = x.numel()
-    _rms_tail_kernel[_grid(n)](x, inv_rms, scale, out, n, x.shape[-1], BLOCK=BLOCK, enable_fp_fusion=False)
+    _rms_tail_kernel[_grid(n)](x, variance, eps, scale, out, n, **_layout(x), BLOCK=BLOCK, enable_fp_fusion=False)
     return out
 
 
@@ -95,9 +138,14 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def gated_tail(x: torch.Tensor, inv_rms: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    """The gated RMSNorm after its mean: bfloat16(bfloat16(weight * bfloat16(x * inv_rms)) * silu(float32(gate)))."""
+def gated_tail(
+    x: torch.Tensor, variance: torch.Tensor, eps: float, weight: torch.Tensor, gate: torch.Tensor
+) -> torch.Tensor:
+    """The gated RMSNorm after its mean: bfloat16(bfloat16(weight * bfloat16(x * rsqrt(variance + eps))) *
+    silu(float32(gate)))."""
     out = torch.empty_like(x)
     n = x.numel()
-    _gated_tail_kernel[_grid(n)](x, inv_rms, weight, gate, out, n, x.shape[-1], BLOCK=BLOCK, enable_fp_fusion=False)
+    _gated_tail_kernel[_grid(n)](
+        x, variance, eps, weight, gate, out, n, x.shape[-1], BLOCK=BLOCK, enable_fp_fusion=False
+    )
     return out

@@ -4,7 +4,8 @@ Run on the device with: python -m pytest -m gpu tests/gpu"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -43,14 +44,18 @@ def test_fused_forward_keeps_every_layers_bits_on_the_27b_shape(shaped_27b: Load
     assert fused is not None
     every_layer = FeatureSet(layers=[*range(shaped_27b.num_layers), "final_norm"])
     generator = torch.Generator().manual_seed(2)
-    calls = {"gated_tail": 0}
-    original = fused_kernels.gated_tail
+    originals = {name: getattr(fused_kernels, name) for name in ("gated_tail", "rms_tail")}
+    calls = dict.fromkeys(originals, 0)
 
-    def counted(*args: torch.Tensor) -> torch.Tensor:
-        calls["gated_tail"] += 1
-        return original(*args)
+    def counted(name: str) -> Callable[..., torch.Tensor]:
+        def call(*args: Any) -> torch.Tensor:
+            calls[name] += 1
+            return originals[name](*args)
 
-    fused_kernels.gated_tail = counted
+        return call
+
+    for name in originals:
+        setattr(fused_kernels, name, counted(name))
     try:
         with torch.inference_mode(), shaped_27b.kernels.running(backend):
             for length in (1, 77, 2048, 5000):
@@ -60,5 +65,8 @@ def test_fused_forward_keeps_every_layers_bits_on_the_27b_shape(shaped_27b: Load
                     with_fusion, _ = capture(shaped_27b.body, ids, every_layer)
                 assert torch.equal(eager, with_fusion), f"{backend.value}, {length} tokens"
     finally:
-        fused_kernels.gated_tail = original
-    assert calls["gated_tail"] == 4 * 6  # the fused path really ran, once per linear-attention layer per length
+        for name, original in originals.items():
+            setattr(fused_kernels, name, original)
+    # the fused path really ran, per length: the gated norm of each of the 6 linear-attention layers; two norms per
+    # layer, the q norm (a strided view) and k norm of the 2 full-attention layers, and the final norm
+    assert calls == {"gated_tail": 4 * 6, "rms_tail": 4 * (2 * 8 + 2 * 2 + 1)}

@@ -31,17 +31,19 @@ class CountingReferenceKernels:
         self.calls["square"] += 1
         return x.float() * x.float()
 
-    def rms_tail(self, x: torch.Tensor, inv_rms: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def rms_tail(self, x: torch.Tensor, variance: torch.Tensor, eps: float, scale: torch.Tensor) -> torch.Tensor:
         self.calls["rms_tail"] += 1
-        return ((x.float() * inv_rms) * scale).to(torch.bfloat16)
+        return ((x.float() * torch.rsqrt(variance + eps)) * scale).to(torch.bfloat16)
 
     def silu_mul(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         self.calls["silu_mul"] += 1
         return F.silu(gate) * up
 
-    def gated_tail(self, x: torch.Tensor, inv_rms: torch.Tensor, weight: torch.Tensor, gate: Any) -> torch.Tensor:
+    def gated_tail(
+        self, x: torch.Tensor, variance: torch.Tensor, eps: float, weight: torch.Tensor, gate: Any
+    ) -> torch.Tensor:
         self.calls["gated_tail"] += 1
-        normed = (x.float() * inv_rms).to(torch.bfloat16)
+        normed = (x.float() * torch.rsqrt(variance + eps)).to(torch.bfloat16)
         return ((weight * normed) * F.silu(gate.float())).to(torch.bfloat16)
 
 
@@ -59,11 +61,32 @@ def test_fused_forwards_keep_every_layers_bits(tiny_loaded: LoadedModel) -> None
     assert torch.equal(eager, after)  # the eager forwards are back after the block
     layers = tiny_loaded.num_layers
     linear = sum(t == "linear_attention" for t in tiny_loaded.config.layer_types)
-    # two norms per layer, q/k norms of the full-attention layers fall back (strided views), final norm
-    assert kernels.calls["rms_tail"] >= 2 * layers + 1
+    # two norms per layer, the q and k norms of the full-attention layers (q's input a strided view), final norm
+    assert kernels.calls["rms_tail"] == 2 * layers + 2 * (layers - linear) + 1
     assert kernels.calls["silu_mul"] == layers
     assert kernels.calls["gated_tail"] == linear > 0
     assert kernels.calls["square"] == kernels.calls["rms_tail"] + kernels.calls["gated_tail"]
+
+
+def test_a_norm_weight_changed_in_place_is_used_at_the_next_call(tiny_loaded: LoadedModel) -> None:
+    fused = FusedForwards(tiny_loaded.model, CountingReferenceKernels())
+    norm, final_norm = tiny_loaded.body.norm, FeatureSet(layers=["final_norm"])
+    ids = torch.randint(0, int(tiny_loaded.config.vocab_size), (1, 33), generator=torch.Generator().manual_seed(3))
+    original = norm.weight.detach().clone()
+    try:
+        with torch.inference_mode(), fused.applied():
+            before, _ = capture(tiny_loaded.body, ids, final_norm)
+        with torch.no_grad():
+            norm.weight.add_(0.5)
+        with torch.inference_mode():
+            eager, _ = capture(tiny_loaded.body, ids, final_norm)
+            with fused.applied():
+                after, _ = capture(tiny_loaded.body, ids, final_norm)
+    finally:
+        with torch.no_grad():
+            norm.weight.copy_(original)
+    assert torch.equal(eager, after)
+    assert not torch.equal(before, after)
 
 
 def test_cpu_extraction_runs_eager_and_the_fingerprint_says_so(settings: Settings, tiny_loaded: LoadedModel) -> None:
@@ -76,8 +99,8 @@ def test_cpu_extraction_runs_eager_and_the_fingerprint_says_so(settings: Setting
 class RoundsElsewhere(CountingReferenceKernels):
     """The RMSNorm tail with the same formula but bfloat16 intermediates: close, and not the eager bits."""
 
-    def rms_tail(self, x: torch.Tensor, inv_rms: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        return (x * inv_rms.to(torch.bfloat16)) * scale.to(torch.bfloat16)
+    def rms_tail(self, x: torch.Tensor, variance: torch.Tensor, eps: float, scale: torch.Tensor) -> torch.Tensor:
+        return (x * torch.rsqrt(variance + eps).to(torch.bfloat16)) * scale.to(torch.bfloat16)
 
 
 @pytest.mark.parametrize(("kernels", "fused"), [(CountingReferenceKernels, True), (RoundsElsewhere, False)])
