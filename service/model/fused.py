@@ -5,8 +5,9 @@ copies of their input; about a quarter of the GPU time of a forward (GPU.md). Ea
 arithmetic in two Triton passes around torch's own mean (fused_kernels.py says how the bits are kept).
 
 Proof before use, per device: `FusedForwards.for_model` runs every kernel over all 65,536 bfloat16 values against the
-eager torch ops, and the extractor runs probe sequences through every layer fused and eager and compares all bits
-before it fuses anything (`Extractor._fusion_keeps_bits`). Where Triton or CUDA is missing, or any bit differs, the
+eager torch ops (and the norms' `rsqrt(variance + eps)` over every non-negative float32), and the extractor runs
+probe sequences through every layer fused and eager and compares all bits before it fuses anything
+(`Extractor._fusion_keeps_bits`). Where Triton or CUDA is missing, or any bit differs, the
 eager modules run, and the fingerprint's `elementwise` field names what ran either way.
 """
 
@@ -36,8 +37,12 @@ def _kernels() -> Any | None:
     return fused_kernels
 
 
+def _bfloat16_in_range(t: torch.Tensor) -> bool:
+    return t.dtype == torch.bfloat16 and 0 < t.numel() <= _MAX_ELEMENTS
+
+
 def _fusable(*tensors: torch.Tensor) -> bool:
-    return all(t.dtype == torch.bfloat16 and t.is_contiguous() and 0 < t.numel() <= _MAX_ELEMENTS for t in tensors)
+    return all(_bfloat16_in_range(t) and t.is_contiguous() for t in tensors)
 
 
 def row_stride(x: torch.Tensor) -> int | None:
@@ -72,8 +77,7 @@ def _rms_norm(kernels: Any) -> Callable[[Any, torch.Tensor], torch.Tensor]:
     cached: dict[str, Any] = {}  # this module's `1 + w` in float32, until its weight changes
 
     def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
-        evenly_spaced = x.dtype == torch.bfloat16 and 0 < x.numel() <= _MAX_ELEMENTS and row_stride(x) is not None
-        if not evenly_spaced or module.weight.dtype != torch.bfloat16:
+        if not _bfloat16_in_range(x) or row_stride(x) is None or module.weight.dtype != torch.bfloat16:
             return type(module).forward(module, x)
         # The eager module, step for step: x.float().pow(2).mean(-1) + eps, rsqrt; then (x * r) * (1 + w).
         # `1 + w` is the same torch op on the same weight at every call: computed once, it saves two launches.
