@@ -5,36 +5,71 @@ from client.client import DEFAULT_URL, FeatureClient
 from client.errors import (
     AmbiguousError,
     AuthError,
+    BackendMismatchError,
     BackendUnavailableError,
+    ConnectionFailed,
+    ForbiddenError,
+    HandoverError,
     HsstoreError,
     IntegrityError,
     InvalidRequestError,
+    JobNotFoundError,
     ModelUnavailableError,
+    NonFiniteError,
     NotFoundError,
+    NotHsstoreError,
+    NotReadyError,
+    SampleRejectedError,
     ServerError,
+    SGLangError,
+    TooLargeError,
+    WindowClosedError,
 )
 from client.features import Features
-from client.torch_data import EntryStream, FeatureDataset, pack_collate, pad_collate
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash
+
+# The torch Datasets load torch on first use: `import client` (and the CLI) stays light for callers without tensors.
+_TORCH_DATA = ("EntryStream", "FeatureDataset", "pack_collate", "pad_collate")
+
+
+def __getattr__(name: str) -> object:
+    if name in _TORCH_DATA:
+        from client import torch_data
+
+        return getattr(torch_data, name)
+    raise AttributeError(f"module 'client' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_URL",
     "AmbiguousError",
     "AuthError",
+    "BackendMismatchError",
     "BackendUnavailableError",
+    "ConnectionFailed",
     "EntryStream",
     "FeatureCache",
     "FeatureClient",
     "FeatureDataset",
     "FeatureSet",
     "Features",
+    "ForbiddenError",
+    "HandoverError",
     "HsstoreError",
     "IntegrityError",
     "InvalidRequestError",
+    "JobNotFoundError",
     "ModelUnavailableError",
+    "NonFiniteError",
     "NotFoundError",
+    "NotHsstoreError",
+    "NotReadyError",
+    "SGLangError",
+    "SampleRejectedError",
     "ServerError",
+    "TooLargeError",
+    "WindowClosedError",
     "pack_collate",
     "pad_collate",
     "prompt_hash",

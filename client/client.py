@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from client.cache import FeatureCache
-from client.errors import HsstoreError, IntegrityError, error_for
+from client.errors import ConnectionFailed, HsstoreError, IntegrityError, NotHsstoreError, error_for
 from client.features import Features, decode_verified
 from schemas import wire
 from schemas.api import (
@@ -23,11 +25,14 @@ from schemas.api import (
     JobStatus,
     WindowState,
 )
+from schemas.errors import ERROR_HEADER, ErrorCode
 from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import Manifest
 from schemas.prompt_hash import prompt_hash as hash_prompt
+from schemas.tokens import TokenRange
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class FeatureClient:
@@ -65,15 +70,55 @@ class FeatureClient:
         self.close()
 
     # -- plumbing ------------------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return str(self._http.base_url).rstrip("/")
+
+    @contextmanager
+    def _transport(self, method: str, path: str) -> Iterator[None]:
+        """httpx's transport failures as the client's own error, naming the URL tried."""
+        try:
+            yield
+        except httpx.ConnectError as exc:
+            raise ConnectionFailed(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
+        except httpx.TimeoutException as exc:
+            raise ConnectionFailed(f"{method} {self.url}{path} timed out ({type(exc).__name__})", self.url) from None
+        except httpx.TransportError as exc:
+            raise ConnectionFailed(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
+
     def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
-        response = self._http.request(method, url, **kwargs)
+        with self._transport(method, url):
+            response = self._http.request(method, url, **kwargs)
         if response.status_code >= 400:
-            raise _error(response)
+            raise self._error(response)
         return response
+
+    def _call(self, model: type[ModelT], method: str, url: str, **kwargs: Any) -> ModelT:
+        """A request whose answer is one of the contract's JSON models."""
+        response = self._request(method, url, **kwargs)
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError:
+            raise self._not_hsstore(response) from None
+
+    def _error(self, response: httpx.Response) -> HsstoreError:
+        try:
+            detail = response.json()["error"]
+            return error_for(response.status_code, detail["code"], str(detail["message"]))
+        except (ValueError, KeyError, TypeError):
+            return self._not_hsstore(response)
+
+    def _not_hsstore(self, response: httpx.Response) -> NotHsstoreError:
+        kind = response.headers.get("content-type", "no content type").split(";")[0]
+        return NotHsstoreError(
+            f"{self.url} answered {response.request.method} {response.request.url.path} with HTTP "
+            f"{response.status_code} ({kind}), not as an hsstore service does: is this the right URL?",
+            response.status_code,
+        )
 
     # -- API -----------------------------------------------------------------------------------------------------
     def info(self) -> Info:
-        return Info.model_validate_json(self._request("GET", "/v1/info").content)
+        return self._call(Info, "GET", "/v1/info")
 
     def extract(
         self,
@@ -88,7 +133,7 @@ class FeatureClient:
             body["featureset"] = fs.model_dump()
         if backend is not None:
             body["backend"] = backend
-        return ExtractResponse.model_validate_json(self._request("POST", "/v1/extract", json=body).content)
+        return self._call(ExtractResponse, "POST", "/v1/extract", json=body)
 
     def get(
         self,
@@ -109,11 +154,12 @@ class FeatureClient:
             cached = self.cache.get(content_hash)
             if cached is not None:
                 return cached
-        url, params = self._features_url(prompt, prompt_hash, backend, model_revision, featureset, content_hash)
+        key, params = self._key_params(prompt, prompt_hash, backend, model_revision, featureset, content_hash)
+        url = f"/v1/features/{key}"
         if layers is not None:
             params["layers"] = ",".join(str(layer) for layer in layers)
         if tokens is not None:
-            params["tokens"] = _token_range(tokens)
+            params["tokens"] = str(TokenRange.of(tokens))
         return self._received(self._receive("GET", url, params=params))
 
     def get_many(self, keys: Sequence[Mapping[str, Any]]) -> list[Features]:
@@ -132,7 +178,7 @@ class FeatureClient:
             if "featureset" in item and isinstance(item["featureset"], FeatureSet):
                 item["featureset"] = item["featureset"].id
             if "tokens" in item and not isinstance(item["tokens"], str):
-                item["tokens"] = _token_range(item["tokens"])
+                item["tokens"] = str(TokenRange.of(item["tokens"]))
             if "layers" in item:
                 item["layers"] = list(item["layers"])
             wanted.append(item)
@@ -147,10 +193,10 @@ class FeatureClient:
 
     def _receive(self, method: str, url: str, **kwargs: Any) -> bytearray | bytes:
         """The body, streamed into one buffer sized by Content-Length (no list of chunks joined afterwards)."""
-        with self._http.stream(method, url, **kwargs) as response:
+        with self._transport(method, url), self._http.stream(method, url, **kwargs) as response:
             if response.status_code >= 400:
                 response.read()
-                raise _error(response)
+                raise self._error(response)
             length = response.headers.get("content-length")
             if length is None or not length.isdigit():
                 return response.read()
@@ -179,12 +225,18 @@ class FeatureClient:
         featureset: FeatureSet | str | None = None,
         content_hash: str | None = None,
     ) -> bool:
-        url, params = self._features_url(prompt, prompt_hash, backend, model_revision, featureset, content_hash)
-        response = self._http.head(url, params=params)
-        if response.status_code == 404:
+        key, params = self._key_params(prompt, prompt_hash, backend, model_revision, featureset, content_hash)
+        url = f"/v1/features/{key}"
+        with self._transport("HEAD", url):
+            response = self._http.head(url, params=params)
+        if response.status_code == 404 and response.headers.get(ERROR_HEADER) == ErrorCode.NOT_FOUND:
             return False
         if response.status_code >= 400:
-            raise error_for(response.status_code, None, f"HEAD {url} answered {response.status_code}")
+            # a HEAD answer has no body: the service names its error code in a header
+            code = response.headers.get(ERROR_HEADER)
+            if code is None:
+                raise self._not_hsstore(response)
+            raise error_for(response.status_code, code, f"HEAD {url} answered {response.status_code} {code}")
         return True
 
     def entries(
@@ -209,7 +261,7 @@ class FeatureClient:
             if value is not None:
                 params[name] = value
         while True:
-            page = EntriesPage.model_validate_json(self._request("GET", "/v1/entries", params=params).content)
+            page = self._call(EntriesPage, "GET", "/v1/entries", params=params)
             yield from page.entries
             if page.next_cursor is None:
                 return
@@ -227,15 +279,14 @@ class FeatureClient:
         extract: bool = False,
     ) -> CompareReport:
         """Per-layer agreement of two backends' features for one prompt; `extract` fills in a missing side."""
-        url, params = self._features_url(prompt, prompt_hash, None, model_revision, featureset, None)
+        key, params = self._key_params(prompt, prompt_hash, None, model_revision, featureset, None)
         params.update({"a": a, "b": b, "extract": extract})
-        compare_url = url.replace("/v1/features/", "/v1/compare/")
-        return CompareReport.model_validate_json(self._request("GET", compare_url, params=params).content)
+        return self._call(CompareReport, "GET", f"/v1/compare/{key}", params=params)
 
     def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
         """Re-extract `sample` stored entries and report which reproduce their content hash bit for bit."""
         body = {"sample": sample, "backend": backend, "seed": seed}
-        return AuditReport.model_validate_json(self._request("POST", "/v1/audit", json=body).content)
+        return self._call(AuditReport, "POST", "/v1/audit", json=body)
 
     # -- warm jobs and windows (operators) -----------------------------------------------------------------------
     def submit_job(
@@ -272,29 +323,30 @@ class FeatureClient:
             if layers is not None:
                 body["featureset"] = FeatureSet(layers=list(layers)).model_dump()
             response = self._request("POST", "/v1/jobs", json=body)
-        return JobStatus.model_validate_json(response.content)
+        try:
+            return JobStatus.model_validate_json(response.content)
+        except ValidationError:
+            raise self._not_hsstore(response) from None
 
     def job(self, job_id: str) -> JobStatus:
-        return JobStatus.model_validate_json(self._request("GET", f"/v1/jobs/{job_id}").content)
+        return self._call(JobStatus, "GET", f"/v1/jobs/{job_id}")
 
     def jobs(self) -> list[JobStatus]:
-        return JobList.model_validate_json(self._request("GET", "/v1/jobs").content).jobs
+        return self._call(JobList, "GET", "/v1/jobs").jobs
 
     def cancel_job(self, job_id: str) -> JobStatus:
-        return JobStatus.model_validate_json(self._request("DELETE", f"/v1/jobs/{job_id}").content)
+        return self._call(JobStatus, "DELETE", f"/v1/jobs/{job_id}")
 
     def window(self) -> WindowState:
-        return WindowState.model_validate_json(self._request("GET", "/v1/window").content)
+        return self._call(WindowState, "GET", "/v1/window")
 
     def open_window(self, minutes: float) -> WindowState:
-        return WindowState.model_validate_json(
-            self._request("POST", "/v1/window/open", json={"minutes": minutes}).content
-        )
+        return self._call(WindowState, "POST", "/v1/window/open", json={"minutes": minutes})
 
     def close_window(self) -> WindowState:
-        return WindowState.model_validate_json(self._request("POST", "/v1/window/close").content)
+        return self._call(WindowState, "POST", "/v1/window/close")
 
-    def _features_url(
+    def _key_params(
         self,
         prompt: Mapping[str, Any] | None,
         prompt_hash: str | None,
@@ -315,20 +367,17 @@ class FeatureClient:
         ):
             if value is not None:
                 params[name] = value
-        return f"/v1/features/{key}", params
-
-
-def _token_range(tokens: tuple[int | None, int | None]) -> str:
-    return f"{'' if tokens[0] is None else tokens[0]}:{'' if tokens[1] is None else tokens[1]}"
+        return key, params
 
 
 def _featureset_id(featureset: FeatureSet | str | None) -> str | None:
     return featureset.id if isinstance(featureset, FeatureSet) else featureset
 
 
-def _error(response: httpx.Response) -> HsstoreError:
-    try:
-        detail = response.json()["error"]
-        return error_for(response.status_code, detail.get("code"), detail.get("message", ""))
-    except (ValueError, KeyError, TypeError):
-        return error_for(response.status_code, None, response.text[:500] or response.reason_phrase)
+def _reason(exc: httpx.TransportError) -> str:
+    """The innermost cause in a few words ('[Errno 111] Connection refused'), not httpx's whole chain."""
+    cause: BaseException = exc
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+    text = str(cause) or type(cause).__name__
+    return text[:200]

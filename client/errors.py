@@ -1,8 +1,9 @@
-"""Typed errors for the client: one per error code the service sends, plus integrity failures found on receipt."""
+"""Typed errors for the client: one class per error code the service sends, plus what this side finds itself
+(an unreachable URL, an answer that is not from an hsstore service, bytes that fail their hash)."""
 
 from __future__ import annotations
 
-from schemas import errors as codes
+from schemas.errors import ErrorCode
 
 
 class HsstoreError(Exception):
@@ -15,7 +16,47 @@ class HsstoreError(Exception):
         super().__init__(f"[{status} {code}] {message}" if status else message)
 
 
+class ConnectionFailed(HsstoreError):
+    """Nothing answered at the URL (refused, unreachable, timed out)."""
+
+    def __init__(self, message: str, url: str) -> None:
+        self.url = url
+        super().__init__(message)
+
+
+class NotHsstoreError(HsstoreError):
+    """Something answered, but not as an hsstore service does (an HTML page, another API, a proxy's error)."""
+
+
+class InvalidRequestError(HsstoreError):
+    pass
+
+
+class SampleRejectedError(InvalidRequestError):
+    """A sample does not follow the sample format, or is too long for the service's limit."""
+
+
+class NonFiniteError(InvalidRequestError):
+    """The model produced NaN or Inf for a sample; nothing was stored."""
+
+
+class TooLargeError(InvalidRequestError):
+    pass
+
+
+class AuthError(HsstoreError):
+    pass
+
+
+class ForbiddenError(AuthError):
+    pass
+
+
 class NotFoundError(HsstoreError):
+    pass
+
+
+class JobNotFoundError(NotFoundError):
     pass
 
 
@@ -23,19 +64,19 @@ class AmbiguousError(HsstoreError):
     pass
 
 
-class InvalidRequestError(HsstoreError):
-    pass
-
-
 class BackendUnavailableError(HsstoreError):
     pass
+
+
+class WindowClosedError(HsstoreError):
+    """Extraction waits for a downtime window: open one, or submit a warm job."""
 
 
 class ModelUnavailableError(HsstoreError):
     pass
 
 
-class AuthError(HsstoreError):
+class NotReadyError(HsstoreError):
     pass
 
 
@@ -44,26 +85,50 @@ class ServerError(HsstoreError):
 
 
 class IntegrityError(HsstoreError):
-    """What arrived does not hash to what the service said it sent."""
+    """What arrived does not hash to what the service said it sent, or a stored entry failed its check."""
 
 
-BY_CODE: dict[str, type[HsstoreError]] = {
-    codes.NOT_FOUND: NotFoundError,
-    codes.AMBIGUOUS: AmbiguousError,
-    codes.INVALID_REQUEST: InvalidRequestError,
-    codes.INVALID_SAMPLE: InvalidRequestError,
-    codes.NON_FINITE: InvalidRequestError,
-    codes.TOO_LARGE: InvalidRequestError,
-    codes.BACKEND_UNAVAILABLE: BackendUnavailableError,
-    codes.MODEL_UNAVAILABLE: ModelUnavailableError,
-    codes.UNAUTHORIZED: AuthError,
-    codes.FORBIDDEN: AuthError,
-    codes.CORRUPT_ENTRY: IntegrityError,
+class BackendMismatchError(ServerError):
+    pass
+
+
+class HandoverError(ServerError):
+    pass
+
+
+class SGLangError(ServerError):
+    pass
+
+
+BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
+    ErrorCode.BAD_REQUEST: InvalidRequestError,
+    ErrorCode.INVALID_REQUEST: InvalidRequestError,
+    ErrorCode.METHOD_NOT_ALLOWED: InvalidRequestError,
+    ErrorCode.UNSUPPORTED_MEDIA: InvalidRequestError,
+    ErrorCode.INVALID_SAMPLE: SampleRejectedError,
+    ErrorCode.NON_FINITE: NonFiniteError,
+    ErrorCode.TOO_LARGE: TooLargeError,
+    ErrorCode.UNAUTHORIZED: AuthError,
+    ErrorCode.FORBIDDEN: ForbiddenError,
+    ErrorCode.NOT_FOUND: NotFoundError,
+    ErrorCode.JOB_NOT_FOUND: JobNotFoundError,
+    ErrorCode.AMBIGUOUS: AmbiguousError,
+    ErrorCode.BACKEND_UNAVAILABLE: BackendUnavailableError,
+    ErrorCode.WINDOW_CLOSED: WindowClosedError,
+    ErrorCode.MODEL_UNAVAILABLE: ModelUnavailableError,
+    ErrorCode.NOT_READY: NotReadyError,
+    ErrorCode.CORRUPT_ENTRY: IntegrityError,
+    ErrorCode.BACKEND_MISMATCH: BackendMismatchError,
+    ErrorCode.HANDOVER_FAILED: HandoverError,
+    ErrorCode.SGLANG_UNAVAILABLE: SGLangError,
+    ErrorCode.INTERNAL: ServerError,
 }
 
 
 def error_for(status: int, code: str | None, message: str) -> HsstoreError:
-    cls = BY_CODE.get(code or "")
-    if cls is None:
+    """The exception for an error answer; a code this client does not know falls back on the status."""
+    try:
+        cls = BY_CODE[ErrorCode(code)]
+    except ValueError:
         cls = NotFoundError if status == 404 else ServerError if status >= 500 else InvalidRequestError
     return cls(message, status, code)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from client.errors import IntegrityError
 from schemas import wire
@@ -13,7 +12,15 @@ from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
 from schemas.manifest import Manifest
 from schemas.tensors import RawTensor
-from schemas.torch_tensors import to_torch
+
+if TYPE_CHECKING:  # torch is imported on first use, so the CLI's commands that need no tensors start fast
+    import torch
+
+
+def _torch(tensor: RawTensor) -> torch.Tensor:
+    from schemas.torch_tensors import to_torch
+
+    return to_torch(tensor)
 
 
 @dataclass(frozen=True)
@@ -26,19 +33,19 @@ class Features:
     @property
     def hidden_states(self) -> torch.Tensor:
         """[T, n_layers, H] bfloat16."""
-        return to_torch(self.tensors["hidden_states"])
+        return _torch(self.tensors["hidden_states"])
 
     @property
     def input_ids(self) -> torch.Tensor:
-        return to_torch(self.tensors["input_ids"])
+        return _torch(self.tensors["input_ids"])
 
     @property
     def target_ids(self) -> torch.Tensor | None:
-        return to_torch(self.tensors["target_ids"]) if "target_ids" in self.tensors else None
+        return _torch(self.tensors["target_ids"]) if "target_ids" in self.tensors else None
 
     @property
     def loss_mask(self) -> torch.Tensor | None:
-        return to_torch(self.tensors["loss_mask"]) if "loss_mask" in self.tensors else None
+        return _torch(self.tensors["loss_mask"]) if "loss_mask" in self.tensors else None
 
     @property
     def content_hash(self) -> str:

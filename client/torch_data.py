@@ -137,8 +137,28 @@ class EntryStream(IterableDataset[Sample]):
                 yield to_sample(pending.popleft().result())
 
 
+def _per_token(samples: list[Sample], name: str) -> list[torch.Tensor] | None:
+    """Each sample's `name` tensor, or None when no sample has one.
+
+    `loss_mask` convention: an entry without one (no completion: every token is the prompt) trains on every token,
+    so in a batch where some entries have a mask, the others get all ones; a batch where none has one carries no
+    mask, which means the same. `target_ids` come from the featureset: a batch mixing entries with and without
+    them is refused rather than filled with made-up targets."""
+    present = [name in s for s in samples]
+    if not any(present):
+        return None
+    if all(present):
+        return [s[name] for s in samples]
+    if name == "loss_mask":
+        return [s[name] if name in s else torch.ones_like(s["input_ids"], dtype=torch.uint8) for s in samples]
+    missing = [s["content_hash"] for s in samples if name not in s]
+    raise ValueError(f"{len(missing)} of {len(samples)} entries lack {name} (e.g. {missing[0]}): batch one featureset")
+
+
 def pad_collate(samples: list[Sample]) -> dict[str, Any]:
-    """Right-pad to the longest: hidden_states [B, T, L, H], input_ids/loss_mask/target_ids [B, T], attention_mask."""
+    """Right-pad to the longest: hidden_states [B, T, L, H], input_ids/loss_mask/target_ids [B, T], attention_mask.
+    Pads are 0 everywhere (loss_mask 0 and attention_mask False on pads); see `_per_token` for the loss_mask of
+    entries without a completion."""
     lengths = [s["input_ids"].shape[0] for s in samples]
     longest = max(lengths)
     first = samples[0]["hidden_states"]
@@ -150,22 +170,21 @@ def pad_collate(samples: list[Sample]) -> dict[str, Any]:
         "lengths": torch.tensor(lengths),
         "content_hash": [s["content_hash"] for s in samples],
     }
-    for name in ("loss_mask", "target_ids"):
-        if all(name in s for s in samples):
-            batch[name] = torch.zeros((len(samples), longest), dtype=torch.long)
+    per_token = {name: values for name in ("loss_mask", "target_ids") if (values := _per_token(samples, name))}
+    for name in per_token:
+        batch[name] = torch.zeros((len(samples), longest), dtype=torch.long)
     for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
         hidden[row, :length] = sample["hidden_states"]
         batch["input_ids"][row, :length] = sample["input_ids"]
         batch["attention_mask"][row, :length] = True
-        for name in ("loss_mask", "target_ids"):
-            if name in batch:
-                batch[name][row, :length] = sample[name]
+        for name, values in per_token.items():
+            batch[name][row, :length] = values[row]
     return batch
 
 
 def pack_collate(samples: list[Sample]) -> dict[str, Any]:
     """Concatenate along tokens (no padding): hidden_states [N, L, H], input_ids [N], position_ids restarting at
-    every sequence, cu_seqlens [B+1] int32 for varlen attention kernels."""
+    every sequence, cu_seqlens [B+1] int32 for varlen attention kernels; loss_mask as in `pad_collate`."""
     lengths = [s["input_ids"].shape[0] for s in samples]
     batch: dict[str, Any] = {
         "hidden_states": torch.cat([s["hidden_states"] for s in samples]),
@@ -175,6 +194,6 @@ def pack_collate(samples: list[Sample]) -> dict[str, Any]:
         "content_hash": [s["content_hash"] for s in samples],
     }
     for name in ("loss_mask", "target_ids"):
-        if all(name in s for s in samples):
-            batch[name] = torch.cat([s[name].long() for s in samples])
+        if (values := _per_token(samples, name)) is not None:
+            batch[name] = torch.cat([v.long() for v in values])
     return batch

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from schemas.backend import check_backend
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import check_content_hash, check_featureset_id, check_model_revision, check_prompt_hash
 from schemas.manifest import Manifest
+from schemas.samples import SAMPLE_JSON_SCHEMA
 from schemas.tokens import TokenRange, parse_token_range
+
+# Samples stay raw JSON objects in request models: their hash is taken over what was sent, and each is validated on
+# its own so an error can name the sample at fault. The schema shown for them is the real sample format.
+RawSample = Annotated[Any, WithJsonSchema(SAMPLE_JSON_SCHEMA)]
 
 
 class ExtractRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # Samples stay raw JSON objects here: their hash is taken over what was sent, and each is validated on its own
-    # so an error can name the sample at fault.
-    samples: list[Any] = Field(min_length=1, max_length=4096)
+    samples: list[RawSample] = Field(min_length=1, max_length=4096)
     featureset: FeatureSet | None = None
     backend: str = "auto"
     force: bool = Field(default=False, description="re-extract even if stored; adds a version only if the bits differ")
@@ -27,7 +30,7 @@ class ExtractRequest(BaseModel):
 class ExtractResult(BaseModel):
     prompt_hash: str
     sample_id: str | None
-    status: str  # "extracted" | "existing" | "version_added"
+    status: Literal["extracted", "existing", "version_added"]
     manifest: Manifest
 
 
@@ -152,7 +155,7 @@ class JobRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    samples: list[Any] = Field(min_length=1, max_length=1_000_000)
+    samples: list[RawSample] = Field(min_length=1, max_length=1_000_000)
     backends: list[str] = Field(default_factory=lambda: ["auto"], min_length=1, max_length=3)
     featureset: FeatureSet | None = None
     completion: str | None = Field(
@@ -214,6 +217,7 @@ class JobList(BaseModel):
 
 class WindowState(BaseModel):
     open: bool
-    source: str | None  # "always" | "schedule" | "manual" | None
+    source: Literal["always", "schedule", "manual"] | None  # why it is open; "always": no schedule, no hand-over
     closes_at: str | None
     schedule: list[str]
+    next_opens_at: str | None = None  # the next scheduled opening, while shut

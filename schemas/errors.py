@@ -1,28 +1,50 @@
-"""The error body every non-2xx answer carries, and the codes both sides agree on."""
+"""The error body every non-2xx answer carries, and the closed list of codes both sides agree on."""
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 from pydantic import BaseModel
 
 
+class ErrorCode(StrEnum):
+    """Every code the service sends; the client maps each to its own exception class (a test holds both to this)."""
+
+    # bad input (4xx)
+    BAD_REQUEST = "bad_request"
+    INVALID_REQUEST = "invalid_request"
+    INVALID_SAMPLE = "invalid_sample"
+    NON_FINITE = "non_finite_features"
+    TOO_LARGE = "too_large"
+    UNSUPPORTED_MEDIA = "unsupported_media"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    JOB_NOT_FOUND = "job_not_found"
+    AMBIGUOUS = "ambiguous"
+    BACKEND_UNAVAILABLE = "backend_unavailable"
+    WINDOW_CLOSED = "window_closed"
+    # the service cannot do it now (503)
+    MODEL_UNAVAILABLE = "model_unavailable"
+    NOT_READY = "not_ready"
+    # faults (5xx)
+    CORRUPT_ENTRY = "corrupt_entry"
+    BACKEND_MISMATCH = "backend_mismatch"
+    HANDOVER_FAILED = "handover_failed"
+    SGLANG_UNAVAILABLE = "sglang_unavailable"
+    INTERNAL = "internal_error"
+
+
+# Every error answer also names its code in this header: HEAD answers carry no body, and a client can tell an
+# hsstore error from some other server's page on the same port.
+ERROR_HEADER = "X-Hsstore-Error"
+
+
 class ErrorDetail(BaseModel):
-    code: str
+    code: ErrorCode
     message: str
 
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
-
-
-# Codes the client turns into typed exceptions; the service may send others (all still ErrorBody).
-NOT_FOUND = "not_found"
-AMBIGUOUS = "ambiguous"
-INVALID_REQUEST = "invalid_request"
-INVALID_SAMPLE = "invalid_sample"
-BACKEND_UNAVAILABLE = "backend_unavailable"
-MODEL_UNAVAILABLE = "model_unavailable"
-NON_FINITE = "non_finite_features"
-CORRUPT_ENTRY = "corrupt_entry"
-TOO_LARGE = "too_large"
-UNAUTHORIZED = "unauthorized"
-FORBIDDEN = "forbidden"

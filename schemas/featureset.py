@@ -40,7 +40,19 @@ def parse_layer(token: str) -> LayerId:
     try:
         return int(token)
     except ValueError:
-        raise ValueError(f"layer {token!r} is neither an integer nor 'embed'/'final_norm'") from None
+        raise ValueError(f"layer {token[:40]!r} is neither an integer nor 'embed'/'final_norm'") from None
+
+
+def parse_layers(text: str) -> list[LayerId]:
+    """A comma-separated layer list as written in query strings and on the command line, in the order given."""
+    if not text.strip():
+        raise ValueError("the layer list is empty")
+    return [parse_layer(token) for token in text.split(",")]
+
+
+def normalise_layers(layers: list[LayerId]) -> list[LayerId]:
+    """A featureset's layers as a set: unique, 'embed' first, ascending indices, 'final_norm' last."""
+    return sorted(set(layers), key=layer_order)
 
 
 class FeatureSet(BaseModel):
@@ -54,14 +66,12 @@ class FeatureSet(BaseModel):
 
     @field_validator("layers")
     @classmethod
-    def _ordered_unique(cls, layers: list[LayerId]) -> list[LayerId]:
+    def _normalised(cls, layers: list[LayerId]) -> list[LayerId]:
+        """Any order is accepted and normalised, so one set of layers has one id however it was written."""
         for layer in layers:
             if isinstance(layer, int) and layer < 0:
                 raise ValueError(f"layer {layer} is negative")
-        orders = [layer_order(layer) for layer in layers]
-        if orders != sorted(set(orders)):
-            raise ValueError("layers must be unique and in order: 'embed', then ascending indices, then 'final_norm'")
-        return layers
+        return normalise_layers(layers)
 
     def canonical(self) -> dict[str, object]:
         """The identity form: `target_ids` appears only when set, so plain layer sets hash as DESIGN.md says."""

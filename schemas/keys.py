@@ -28,6 +28,34 @@ def is_model_revision(value: str) -> bool:
     return bool(MODEL_REVISION.match(value))
 
 
+# Listings print ids shortened, as git prints commits; any unique prefix of at least this many hex digits names
+# the same thing again.
+MIN_PREFIX = 6
+_PROMPT_PREFIX = re.compile(r"^[0-9a-f]{%d,64}$" % MIN_PREFIX)
+_CONTENT_PREFIX = re.compile(r"^(?:sha256:)?[0-9a-f]{%d,64}$" % MIN_PREFIX)
+
+
+def check_prompt_hash_prefix(value: str) -> str:
+    """A prompt hash or a prefix of one (at least MIN_PREFIX lowercase hex digits)."""
+    if not _PROMPT_PREFIX.match(value):
+        raise ValueError(f"prompt_hash must be {MIN_PREFIX} to 64 lowercase hex digits (a prefix), got {value[:80]!r}")
+    return value
+
+
+def check_content_hash_prefix(value: str) -> str:
+    """A content hash or a prefix of one, with or without `sha256:`; returned with it."""
+    if not _CONTENT_PREFIX.match(value):
+        raise ValueError(
+            f"content_hash must be 'sha256:' and {MIN_PREFIX} to 64 lowercase hex digits (a prefix), got {value[:80]!r}"
+        )
+    return value if value.startswith("sha256:") else "sha256:" + value
+
+
+def prefix_bounds(prefix: str) -> tuple[str, str]:
+    """[low, high) of the strings that start with `prefix` (ids are ASCII, so DEL sorts after every character)."""
+    return prefix, prefix + "\x7f"
+
+
 def check_prompt_hash(value: str) -> str:
     """The value, or ValueError saying what a prompt hash looks like (one message for query strings and bodies)."""
     if not is_prompt_hash(value):

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas.prompt_hash import prompt_hash, sample_identity
+from schemas.validation import describe_errors
 
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 NonEmptyText = Annotated[str, Field(min_length=1)]
@@ -100,8 +101,37 @@ def parse_sample(raw: Any, index: int | None = None) -> ParsedSample:
     try:
         sample = Sample.model_validate(dict(raw))
     except ValidationError as exc:
-        reasons = "; ".join(
-            f"{'.'.join(map(str, err['loc'])) or 'sample'}: {err['msg']}" for err in exc.errors(include_url=False)
-        )
+        reasons = describe_errors(exc.errors(include_url=False, include_input=False))
         raise InvalidSampleError(reasons, index) from None
     return ParsedSample(sample, sample_identity(raw))
+
+
+def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            return _inline_refs(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        return {key: _inline_refs(value, defs) for key, value in node.items() if key != "$defs"}
+    if isinstance(node, list):
+        return [_inline_refs(value, defs) for value in node]
+    return node
+
+
+def _sample_json_schema() -> dict[str, Any]:
+    """Sample's JSON schema with its definitions inlined, so API models can show it for fields kept as raw JSON."""
+    schema = Sample.model_json_schema()
+    inlined = _inline_refs(schema, schema.get("$defs", {}))
+    inlined["examples"] = SAMPLE_EXAMPLES
+    return inlined
+
+
+SAMPLE_EXAMPLES: list[dict[str, Any]] = [
+    {"id": "fizzbuzz", "messages": [{"role": "user", "content": "Write fizzbuzz in Python."}]},
+    {
+        "messages": [{"role": "user", "content": "Sort a list."}],
+        "chat_template_kwargs": {"enable_thinking": False},
+        "completion": {"text": "sorted(xs)"},
+    },
+    {"text": "def merge(a, b):", "completion": {"greedy": {"max_new_tokens": 64}}},
+    {"token_ids": [151644, 872, 198], "completion": {"token_ids": [9707, 0]}},
+]
+SAMPLE_JSON_SCHEMA = _sample_json_schema()

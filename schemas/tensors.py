@@ -63,3 +63,16 @@ class RawTensor:
 def byte_view(array: np.ndarray) -> memoryview:
     """The bytes of a C-contiguous array, without a copy (also for empty arrays, which memoryview cannot cast)."""
     return memoryview(array.reshape(-1).view(np.uint8))
+
+
+@dataclass(frozen=True, slots=True)
+class TensorLayout:
+    """A tensor's name, dtype and shape without its bytes: enough to lay out a header before reading anything."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * DTYPES[self.dtype][0]

@@ -11,12 +11,26 @@ class TokenRange:
     stop: int | None
 
     def resolve(self, length: int) -> tuple[int, int]:
-        """Concrete [start, stop) within a sequence of `length` tokens; ValueError if empty or out of range."""
-        start = 0 if self.start is None else self.start
-        stop = length if self.stop is None else self.stop
-        if not 0 <= start < stop <= length:
-            raise ValueError(f"tokens={self} selects nothing valid in an entry of {length} tokens")
+        """Concrete [start, stop) within a sequence of `length` tokens, clipped to it as Python slicing clips;
+        ValueError only when nothing is left."""
+        start = 0 if self.start is None else min(self.start, length)
+        stop = length if self.stop is None else min(self.stop, length)
+        if start >= stop:
+            raise ValueError(f"tokens={self} selects no token of an entry of {length} tokens")
         return start, stop
+
+    @classmethod
+    def of(cls, bounds: tuple[int | None, int | None] | TokenRange | str) -> TokenRange:
+        """From the forms callers write: a TokenRange, a `(start, stop)` pair or an `a:b` string."""
+        if isinstance(bounds, TokenRange):
+            return bounds
+        if isinstance(bounds, str):
+            return parse_token_range(bounds)
+        start, stop = bounds
+        for bound in (start, stop):
+            if bound is not None and (not isinstance(bound, int) or isinstance(bound, bool) or bound < 0):
+                raise ValueError(f"token bounds are non-negative integers or None, got {bounds!r}")
+        return cls(start, stop)
 
     def __str__(self) -> str:
         return f"{'' if self.start is None else self.start}:{'' if self.stop is None else self.stop}"

@@ -10,7 +10,7 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from schemas.tensors import DTYPES, SAFETENSORS_TO_DTYPE, RawTensor
+from schemas.tensors import DTYPES, SAFETENSORS_TO_DTYPE, RawTensor, TensorLayout
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 _ALIGN = 8
@@ -26,8 +26,8 @@ class Decoded:
     metadata: dict[str, str]
 
 
-def encode_header(tensors: Iterable[RawTensor], metadata: Mapping[str, str]) -> bytes:
-    """The 8-byte length plus JSON header for `tensors` laid out in name order."""
+def encode_header(tensors: Iterable[RawTensor | TensorLayout], metadata: Mapping[str, str]) -> bytes:
+    """The 8-byte length plus JSON header for `tensors` laid out in name order (their bytes are not needed)."""
     header: dict[str, object] = {"__metadata__": dict(metadata)}
     offset = 0
     for tensor in sorted(tensors, key=lambda t: t.name):
@@ -47,6 +47,21 @@ def encode_parts(tensors: Iterable[RawTensor], metadata: Mapping[str, str]) -> l
     """Header then each tensor's buffer, ready to be written or streamed without joining."""
     ordered = sorted(tensors, key=lambda t: t.name)
     return [encode_header(ordered, metadata), *(t.data for t in ordered)]
+
+
+def body_length(tensors: Iterable[RawTensor | TensorLayout], metadata: Mapping[str, str]) -> int:
+    """The length of the body `encode` would give, from the layout alone (what HEAD answers)."""
+    listed = list(tensors)
+    return len(encode_header(listed, metadata)) + sum(t.nbytes for t in listed)
+
+
+def served_metadata(
+    manifest_json: str, layers: list, tokens: tuple[int, int], served_hash: str, full: bool
+) -> dict[str, str]:
+    """The header metadata of a features body: the manifest, and which layers and tokens were served with the hash
+    of what was served (the content hash itself when everything was)."""
+    served = {"layers": layers, "tokens": list(tokens), "content_hash": served_hash, "full": full}
+    return {"manifest": manifest_json, "served": json.dumps(served, separators=(",", ":"))}
 
 
 def encode(tensors: Iterable[RawTensor], metadata: Mapping[str, str]) -> bytes:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from schemas import errors as codes
+from schemas.errors import ErrorCode
 
 
 class HsstoreError(Exception):
-    code = "error"
+    code: ErrorCode = ErrorCode.INTERNAL
 
     def __init__(self, message: str) -> None:
         self.message = message
@@ -14,62 +14,72 @@ class HsstoreError(Exception):
 
 
 class InvalidRequest(HsstoreError):
-    code = codes.INVALID_REQUEST
+    code = ErrorCode.INVALID_REQUEST
 
 
 class InvalidSample(InvalidRequest):
-    code = codes.INVALID_SAMPLE
-
-
-class TooLarge(HsstoreError):
-    code = codes.TOO_LARGE
-
-
-class EntryNotFound(HsstoreError):
-    code = codes.NOT_FOUND
-
-
-class AmbiguousEntry(HsstoreError):
-    code = codes.AMBIGUOUS
-
-
-class BackendUnavailable(HsstoreError):
-    code = codes.BACKEND_UNAVAILABLE
-
-
-class ModelUnavailable(HsstoreError):
-    code = codes.MODEL_UNAVAILABLE
-
-
-class WindowClosed(HsstoreError):
-    code = "window_closed"
-
-
-class JobNotFound(HsstoreError):
-    code = "not_found"
-
-
-class NotReady(HsstoreError):
-    code = "not_ready"
+    code = ErrorCode.INVALID_SAMPLE
 
 
 class NonFiniteFeatures(HsstoreError):
-    code = codes.NON_FINITE
+    code = ErrorCode.NON_FINITE
+
+
+class TooLarge(HsstoreError):
+    code = ErrorCode.TOO_LARGE
+
+
+class EntryNotFound(HsstoreError):
+    code = ErrorCode.NOT_FOUND
+
+
+class JobNotFound(HsstoreError):
+    code = ErrorCode.JOB_NOT_FOUND
+
+
+class AmbiguousEntry(HsstoreError):
+    code = ErrorCode.AMBIGUOUS
+
+
+class BackendUnavailable(HsstoreError):
+    code = ErrorCode.BACKEND_UNAVAILABLE
+
+
+class WindowClosed(HsstoreError):
+    code = ErrorCode.WINDOW_CLOSED
+
+
+class ModelUnavailable(HsstoreError):
+    code = ErrorCode.MODEL_UNAVAILABLE
+
+
+class NotReady(HsstoreError):
+    code = ErrorCode.NOT_READY
+
+
+class Unauthorized(HsstoreError):
+    code = ErrorCode.UNAUTHORIZED
+
+
+class Forbidden(HsstoreError):
+    code = ErrorCode.FORBIDDEN
 
 
 class CorruptEntry(HsstoreError):
-    code = codes.CORRUPT_ENTRY
+    code = ErrorCode.CORRUPT_ENTRY
 
 
 class BackendMismatch(HsstoreError):
     """The kernels that ran are not the ones asked for: nothing is stored."""
 
-    code = "backend_mismatch"
+    code = ErrorCode.BACKEND_MISMATCH
 
 
-class Unauthorized(HsstoreError):
-    code = codes.UNAUTHORIZED
+class HandoverFailed(HsstoreError):
+    """SGLang did not give the GPU up, or take it back, as asked."""
+
+    code = ErrorCode.HANDOVER_FAILED
 
 
-class Forbidden(HsstoreError):
-    code = codes.FORBIDDEN
+class SGLangUnavailable(HsstoreError):
+    code = ErrorCode.SGLANG_UNAVAILABLE

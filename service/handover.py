@@ -18,13 +18,9 @@ from typing import Protocol
 
 import httpx
 
-from service.errors import HsstoreError
+from service.errors import HandoverFailed
 
 log = logging.getLogger("hsstore.handover")
-
-
-class HandoverFailed(HsstoreError):
-    code = "handover_failed"
 
 
 class GpuHandover(Protocol):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 from collections import deque
 from collections.abc import Mapping
@@ -10,6 +9,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from schemas import wire
 from schemas.api import (
     AuditReport,
     AuditResult,
@@ -25,7 +25,7 @@ from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryKey, version_name
 from schemas.manifest import AuditRecord, Manifest, TensorInfo
 from schemas.samples import InvalidSampleError, ParsedSample, parse_sample
-from schemas.tensors import RawTensor
+from schemas.tensors import RawTensor, TensorLayout
 from schemas.tokens import TokenRange
 from service.catalog.protocol import Catalog, EntryFilter
 from service.comparison import compare_hidden_states
@@ -69,13 +69,14 @@ class Served:
         return self.served_hash == self.manifest.content_hash
 
     def metadata(self) -> dict[str, str]:
-        served = {
-            "layers": self.layers,
-            "tokens": list(self.tokens),
-            "content_hash": self.served_hash,
-            "full": self.full,
-        }
-        return {"manifest": self.manifest.model_dump_json(), "served": json.dumps(served, separators=(",", ":"))}
+        return wire.served_metadata(
+            self.manifest.model_dump_json(), self.layers, self.tokens, self.served_hash, self.full
+        )
+
+
+# A slice's served hash is only known once it is read; it always has this many characters, which is all a header's
+# length depends on.
+_HASH_PLACEHOLDER = "sha256:" + "0" * 64
 
 
 class FeatureLibrary:
@@ -293,8 +294,6 @@ class FeatureLibrary:
         """Every chunk read is checked against its crc32c; with `verify_reads="content_hash"` a full read is also
         re-hashed here (the client verifies the content hash on receipt either way)."""
         selection = self.selection_for(manifest, layers, tokens)
-        stored_layers = list(manifest.featureset.layers)
-        positions = selection.layer_positions
         span = selection.tokens or (0, manifest.num_tokens)
         try:
             tensors = self.store.get_slice(manifest.content_hash, selection)
@@ -308,8 +307,25 @@ class FeatureLibrary:
                 raise CorruptEntry(f"stored bytes of {manifest.content_hash} no longer hash to it")
         else:
             served_hash = content_hash(tensors.values())
-        served_layers = stored_layers if positions is None else [stored_layers[p] for p in positions]
-        return Served(manifest, tensors, served_layers, span, served_hash)
+        return Served(manifest, tensors, _served_layers(manifest, selection), span, served_hash)
+
+    def served_length(
+        self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None
+    ) -> int:
+        """The length of the body `read` of this selection would be served as, without reading the blob (HEAD)."""
+        selection = self.selection_for(manifest, layers, tokens)
+        span = selection.tokens or (0, manifest.num_tokens)
+        served_layers = _served_layers(manifest, selection)
+        layout = []
+        for name, info in manifest.tensors.items():
+            shape = [span[1] - span[0], *info.shape[1:]]
+            if name == "hidden_states":
+                shape[1] = len(served_layers)
+            layout.append(TensorLayout(name, info.dtype, tuple(shape)))
+        full = selection.is_everything
+        served_hash = manifest.content_hash if full else _HASH_PLACEHOLDER
+        metadata = wire.served_metadata(manifest.model_dump_json(), served_layers, span, served_hash, full)
+        return wire.body_length(layout, metadata)
 
     def compare(
         self,
@@ -425,14 +441,19 @@ class FeatureLibrary:
         )
 
     def entries(self, where: EntryFilter, limit: int, cursor: str | None) -> EntriesPage:
-        try:
-            after = int(cursor) if cursor else 0
-        except ValueError:
-            raise InvalidRequest(f"cursor {cursor!r} is not one this service handed out") from None
-        found = self.catalog.find(where, limit=limit + 1, after_seq=after)
+        after = int(cursor) if cursor and cursor.isdigit() and len(cursor) <= 18 else None
+        if cursor and after is None:  # catalogs count in signed 64-bit: 18 digits always fit
+            raise InvalidRequest(f"cursor {cursor[:40]!r} is not one this service handed out")
+        found = self.catalog.find(where, limit=limit + 1, after_seq=after or 0)
         page = found[:limit]
         next_cursor = str(page[-1].seq) if len(found) > limit and page else None
         return EntriesPage(entries=page, next_cursor=next_cursor)
+
+
+def _served_layers(manifest: Manifest, selection: Selection) -> list[LayerId]:
+    stored = list(manifest.featureset.layers)
+    positions = selection.layer_positions
+    return stored if positions is None else [stored[p] for p in positions]
 
 
 def _describe(where: EntryFilter) -> str:

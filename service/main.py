@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from service import __version__
-from service.api import error_handlers
+from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.routes import audit, compare, entries, extract, features, health, info, jobs, window
@@ -131,14 +131,23 @@ def create_app(
                 library.models.unload()
             library.close()
 
-    app = FastAPI(title="hsstore", version=__version__, lifespan=lifespan)
+    app = FastAPI(
+        title="hsstore",
+        version=__version__,
+        summary="A hidden-state feature store: verified, versioned features keyed by prompt, model and backend",
+        lifespan=lifespan,
+        docs_url=None,  # served from local assets below: GPU hosts have no internet
+        redoc_url=None,
+    )
     app.state.settings = settings
     app.state.library = library
     app.state.metrics = library.metrics
     app.state.jobs = JobQueue(library, catalog)
     error_handlers.install(app)
+    openapi.mount_docs(app)
     for module in (health, info, extract, features, entries, compare, audit, jobs, window, metrics_api):
         app.include_router(module.router)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=library.metrics)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, overrides={"/v1/jobs": settings.max_job_bytes})
+    app.add_middleware(error_handlers.CatchAll)  # outermost: whatever escapes still answers with the envelope
     return app

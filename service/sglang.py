@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from service.errors import HsstoreError
-
-
-class SGLangUnavailable(HsstoreError):
-    code = "sglang_unavailable"
+from service.errors import SGLangUnavailable
 
 
 class SGLangClient:

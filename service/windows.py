@@ -72,6 +72,15 @@ class ScheduledWindow:
                 return opened, closes
         return None
 
+    def next_opening(self, after: datetime) -> datetime:
+        """The first opening strictly after `after` (within the coming week, as every window recurs weekly)."""
+        for ahead in range(8):
+            day = (after + timedelta(days=ahead)).date()
+            opened = datetime.combine(day, self.start, UTC)
+            if day.weekday() in self.days and opened > after:
+                return opened
+        raise AssertionError("a weekly window opens within eight days")  # days is never empty
+
 
 def _iso(moment: datetime | None) -> str | None:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
@@ -101,7 +110,10 @@ class Windows:
             span = window.containing(now)
             if span and not (closed_until and now < closed_until):
                 return WindowState(open=True, source="schedule", closes_at=_iso(span[1]), schedule=self.specs)
-        return WindowState(open=False, source=None, closes_at=None, schedule=self.specs)
+        # a schedule closed early stays shut until its end: the next opening counts from then
+        after = max(now, closed_until) if closed_until else now
+        upcoming = min((w.next_opening(after) for w in self.schedule), default=None)
+        return WindowState(open=False, source=None, closes_at=None, schedule=self.specs, next_opens_at=_iso(upcoming))
 
     def seconds_left(self, now: datetime | None = None) -> float | None:
         state = self.state(now)

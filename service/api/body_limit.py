@@ -7,7 +7,7 @@ import json
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schemas.errors import TOO_LARGE
+from schemas.errors import ERROR_HEADER, ErrorCode
 
 
 class BodyLimit:
@@ -23,12 +23,16 @@ class BodyLimit:
         limit = self.overrides.get(scope.get("path", ""), self.default_max)
         declared = dict(scope.get("headers", [])).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            body = json.dumps({"error": {"code": TOO_LARGE, "message": self._message(limit)}}).encode()
+            body = json.dumps({"error": {"code": ErrorCode.TOO_LARGE, "message": self._message(limit)}}).encode()
             await send(
                 {
                     "type": "http.response.start",
                     "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"connection", b"close"),
+                        (ERROR_HEADER.lower().encode(), ErrorCode.TOO_LARGE.encode()),
+                    ],
                 }
             )
             await send({"type": "http.response.body", "body": body})

@@ -8,21 +8,22 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from schemas.errors import INVALID_REQUEST, ErrorBody, ErrorDetail
+from schemas.errors import ERROR_HEADER, ErrorBody, ErrorCode, ErrorDetail
+from schemas.validation import describe_errors
 from service import errors
 
 log = logging.getLogger("hsstore")
 
 STATUS: dict[type[errors.HsstoreError], int] = {
     errors.InvalidRequest: 422,
-    errors.InvalidSample: 422,
     errors.NonFiniteFeatures: 422,
     errors.TooLarge: 413,
     errors.EntryNotFound: 404,
+    errors.JobNotFound: 404,
     errors.AmbiguousEntry: 409,
     errors.WindowClosed: 409,
-    errors.JobNotFound: 404,
     errors.BackendUnavailable: 409,
     errors.ModelUnavailable: 503,
     errors.NotReady: 503,
@@ -30,22 +31,26 @@ STATUS: dict[type[errors.HsstoreError], int] = {
     errors.Forbidden: 403,
     errors.CorruptEntry: 500,
     errors.BackendMismatch: 500,
+    errors.HandoverFailed: 502,
+    errors.SGLangUnavailable: 502,
 }
 _HTTP_CODES = {
-    400: "bad_request",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "too_large",
-    415: "unsupported_media",
+    400: ErrorCode.BAD_REQUEST,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.METHOD_NOT_ALLOWED,
+    413: ErrorCode.TOO_LARGE,
+    415: ErrorCode.UNSUPPORTED_MEDIA,
 }
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(status: int, code: ErrorCode, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     body = ErrorBody(error=ErrorDetail(code=code, message=message))
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+    return JSONResponse(
+        body.model_dump(mode="json"), status_code=status, headers={**(headers or {}), ERROR_HEADER: code}
+    )
 
 
-def _status_for(exc: errors.HsstoreError) -> int:
+def status_for(exc: errors.HsstoreError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:
             return STATUS[cls]  # type: ignore[index]
@@ -54,7 +59,7 @@ def _status_for(exc: errors.HsstoreError) -> int:
 
 async def _domain(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, errors.HsstoreError)
-    status = _status_for(exc)
+    status = status_for(exc)
     if status >= 500:
         log.error("%s: %s", exc.code, exc.message)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
@@ -63,16 +68,41 @@ async def _domain(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    reasons = []
-    for err in exc.errors():
-        where = ".".join(str(part) for part in err.get("loc", ()) if part != "body")
-        reasons.append(f"{where or 'body'}: {err.get('msg', 'invalid')}")
-    return error_response(422, INVALID_REQUEST, "; ".join(reasons) or "invalid request")
+    return error_response(422, ErrorCode.INVALID_REQUEST, describe_errors(exc.errors(), skip=("body",)))
 
 
 async def _http(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    return error_response(exc.status_code, _HTTP_CODES.get(exc.status_code, "http_error"), str(exc.detail))
+    code = _HTTP_CODES.get(exc.status_code, ErrorCode.BAD_REQUEST)
+    return error_response(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
+
+
+class CatchAll:
+    """The outermost layer: an exception nothing else mapped still answers with the envelope (500
+    `internal_error`), and is not re-raised, so the server keeps the keep-alive connection instead of resetting it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            log.exception("unhandled error serving %s %s", scope.get("method"), scope.get("path"))
+            if started:  # the status line is out: only closing the connection can tell the client
+                raise
+            response = error_response(500, ErrorCode.INTERNAL, "the service failed unexpectedly; its log says why")
+            await response(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:

@@ -10,7 +10,7 @@ from fastapi import Depends, Path, Query
 
 from schemas import backend as backend_names
 from schemas import keys
-from schemas.featureset import LayerId, parse_layer
+from schemas.featureset import LayerId, parse_layers
 from schemas.tokens import TokenRange, parse_token_range
 from service.errors import InvalidRequest
 
@@ -35,8 +35,10 @@ class FeatureQuery:
     tokens: TokenRange | None
 
 
-def _checked(check: Callable[[T], T], value: T) -> T:
-    """A schemas check, its ValueError turned into the API's InvalidRequest."""
+def checked(check: Callable[[T], T], value: T | None) -> T | None:
+    """A schemas check of a value given (None passes), its ValueError turned into the API's InvalidRequest."""
+    if value is None:
+        return None
     try:
         return check(value)
     except ValueError as exc:
@@ -44,19 +46,19 @@ def _checked(check: Callable[[T], T], value: T) -> T:
 
 
 def check_prompt_hash(value: str) -> str:
-    return _checked(keys.check_prompt_hash, value)
+    return checked(keys.check_prompt_hash, value)
 
 
 def check_backend(value: str | None) -> str | None:
-    return _checked(backend_names.check_backend, value)
+    return checked(backend_names.check_backend, value)
 
 
 def check_model_revision(value: str | None) -> str | None:
-    return _checked(keys.check_model_revision, value)
+    return checked(keys.check_model_revision, value)
 
 
 def check_featureset(value: str | None) -> str | None:
-    return _checked(keys.check_featureset_id, value)
+    return checked(keys.check_featureset_id, value)
 
 
 def key_query(
@@ -66,7 +68,7 @@ def key_query(
     featureset: str | None = None,
     content_hash: str | None = None,
 ) -> KeyQuery:
-    _checked(keys.check_content_hash, content_hash)
+    checked(keys.check_content_hash, content_hash)
     return KeyQuery(
         check_prompt_hash(prompt_hash),
         check_model_revision(model_revision),
@@ -84,7 +86,7 @@ def feature_query(
     parsed_layers: list[LayerId] | None = None
     if layers is not None:
         try:
-            parsed_layers = [parse_layer(token) for token in layers.split(",")]
+            parsed_layers = parse_layers(layers)
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None
         if len(set(parsed_layers)) != len(parsed_layers):

@@ -12,6 +12,8 @@ from service.catalog.jobs import JobItem, JobRecord
 
 @dataclass(frozen=True, slots=True)
 class EntryFilter:
+    """Versions to find; `prompt_hash` and `content_hash` match as prefixes (a whole hash is its own prefix)."""
+
     prompt_hash: str | None = None
     model_revision: str | None = None
     backend: str | None = None
@@ -41,6 +43,9 @@ class Catalog(Protocol):
     def create_job(self, job: JobRecord, items: list[tuple[int, str, dict, str, int | None]]) -> None: ...
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
+
+    def job_ids_starting(self, prefix: str, limit: int = 2) -> list[str]:
+        """Ids of jobs that start with `prefix` (at most `limit`)."""
 
     def list_jobs(self, limit: int = 100) -> list[JobRecord]: ...
 

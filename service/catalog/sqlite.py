@@ -7,7 +7,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from schemas.keys import EntryKey
+from schemas.keys import EntryKey, prefix_bounds
 from schemas.manifest import AuditRecord, Manifest
 from service.catalog.jobs import JOBS_SCHEMA, JobItem, JobRecord, item_from_row, job_from_row
 from service.catalog.protocol import EntryFilter
@@ -29,6 +29,7 @@ CREATE INDEX IF NOT EXISTS versions_prompt ON versions (prompt_hash);
 CREATE INDEX IF NOT EXISTS versions_created ON versions (created_at);
 """
 _COLUMNS = ("prompt_hash", "model_revision", "backend", "featureset_id", "content_hash")
+_PREFIXED = ("prompt_hash", "content_hash")
 
 
 class SqliteCatalog:
@@ -82,7 +83,12 @@ class SqliteCatalog:
     def find(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
         clauses, params = ["seq > ?"], [after_seq]
         for column in _COLUMNS:
-            if (value := getattr(where, column)) is not None:
+            if (value := getattr(where, column)) is None:
+                continue
+            if column in _PREFIXED:  # a range keeps the index usable, as LIKE would not
+                clauses.append(f"{column} >= ? AND {column} < ?")
+                params.extend(prefix_bounds(value))
+            else:
                 clauses.append(f"{column} = ?")
                 params.append(value)
         if where.since is not None:
@@ -165,6 +171,13 @@ class SqliteCatalog:
         with self._lock:
             row = self._db.execute(f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return job_from_row(row) if row else None
+
+    def job_ids_starting(self, prefix: str, limit: int = 2) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?", (*prefix_bounds(prefix), limit)
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def list_jobs(self, limit: int = 100) -> list[JobRecord]:
         with self._lock:

@@ -9,10 +9,11 @@ import uuid
 from schemas.api import JobError, JobList, JobRequest, JobStatus, greedy_tokens
 from schemas.backend import AUTO
 from schemas.featureset import FeatureSet
+from schemas.keys import MIN_PREFIX
 from schemas.samples import InvalidSampleError, parse_sample
 from service.catalog.jobs import JobRecord
 from service.catalog.protocol import Catalog
-from service.errors import InvalidRequest, InvalidSample, JobNotFound
+from service.errors import AmbiguousEntry, InvalidRequest, InvalidSample, JobNotFound
 from service.library import FeatureLibrary, now
 
 
@@ -64,11 +65,21 @@ class JobQueue:
         self.catalog.create_job(job, items)
         return self.status(job.id)
 
-    def status(self, job_id: str) -> JobStatus:
+    def _job(self, job_id: str) -> JobRecord:
+        """The job with this id, or with this unique prefix of an id (as listings print them)."""
         job = self.catalog.get_job(job_id)
+        if job is None and len(job_id) >= MIN_PREFIX:
+            matches = self.catalog.job_ids_starting(job_id, limit=2)
+            if len(matches) > 1:
+                raise AmbiguousEntry(f"job id prefix {job_id!r} matches several jobs; give more of the id")
+            job = self.catalog.get_job(matches[0]) if matches else None
         if job is None:
-            raise JobNotFound(f"no job {job_id}")
-        counts = self.catalog.job_counts(job_id)
+            raise JobNotFound(f"no job {job_id[:64]!r}")
+        return job
+
+    def status(self, job_id: str) -> JobStatus:
+        job = self._job(job_id)
+        counts = self.catalog.job_counts(job.id)
         done, failed, pending = counts.get("done", 0), counts.get("failed", 0), counts.get("pending", 0)
         window_open = self.library.windows.state().open if self.library.windows else True
         return JobStatus(
@@ -93,7 +104,7 @@ class JobQueue:
             error=job.error,
             errors=[
                 JobError(index=i, backend=b, prompt_hash=p, message=m or "")
-                for i, b, p, m in self.catalog.job_errors(job_id)
+                for i, b, p, m in self.catalog.job_errors(job.id)
             ],
         )
 
@@ -101,9 +112,7 @@ class JobQueue:
         return JobList(jobs=[self.status(job.id) for job in self.catalog.list_jobs()])
 
     def cancel(self, job_id: str) -> JobStatus:
-        job = self.catalog.get_job(job_id)
-        if job is None:
-            raise JobNotFound(f"no job {job_id}")
+        job = self._job(job_id)
         if job.state in ("queued", "running"):
-            self.catalog.set_job_state(job_id, "cancelled", finished_at=now())
-        return self.status(job_id)
+            self.catalog.set_job_state(job.id, "cancelled", finished_at=now())
+        return self.status(job.id)

@@ -6,7 +6,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from schemas.featureset import FeatureSet, build_target_layer_ids
+from schemas.featureset import FeatureSet, build_target_layer_ids, parse_layers
 
 
 def test_default_layers_are_dflash() -> None:
@@ -22,10 +22,29 @@ def test_featureset_id_is_16_hex_of_canonical_json() -> None:
     assert FeatureSet(layers=[1, 16, 31, 46, 61], target_ids=True).id != fs.id
 
 
-@pytest.mark.parametrize("layers", [[], [3, 1], [1, 1], [-1], ["final_norm", 2], [2, "embed"], ["penultimate"], [1.5]])
+@pytest.mark.parametrize("layers", [[], [-1], ["penultimate"], [1.5], ["1"], [True]])
 def test_bad_layer_lists_are_refused(layers: list) -> None:
     with pytest.raises(ValidationError):
         FeatureSet(layers=layers)
+
+
+@pytest.mark.parametrize(
+    "layers", [[16, 1, "embed"], ["final_norm", 16, "embed", 1], [1, 16, 1], ["embed", 1, 16, "final_norm"]]
+)
+def test_layers_in_any_order_are_normalised(layers: list) -> None:
+    """embed first, ascending indices, final_norm last, each once: one set of layers, one featureset id."""
+    fs = FeatureSet(layers=layers)
+    expected = [layer for layer in ("embed", 1, 16, "final_norm") if layer in layers]
+    assert fs.layers == expected
+    assert fs.id == FeatureSet(layers=expected).id
+
+
+def test_layer_lists_parse_from_text() -> None:
+    assert parse_layers("16, embed,1") == [16, "embed", 1]  # the order given: a read's selection keeps it
+    with pytest.raises(ValueError, match="neither an integer"):
+        parse_layers("1,,2")
+    with pytest.raises(ValueError, match="empty"):
+        parse_layers(" ")
 
 
 def test_layer_range_is_checked_against_the_model() -> None:

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Query, Request
 from schemas.api import CompareReport
 from schemas.backend import Backend
 from service.api.deps import LibraryDep, ReadScope, Scope, SettingsDep
+from service.api.openapi import errors
 from service.api.queries import check_backend, check_featureset, check_model_revision, check_prompt_hash
 from service.errors import InvalidRequest
 
@@ -19,7 +20,12 @@ def _backend(value: str, name: str) -> Backend:
     return Backend(value)
 
 
-@router.get("/v1/compare/{prompt_hash}", dependencies=[ReadScope])
+@router.get(
+    "/v1/compare/{prompt_hash}",
+    dependencies=[ReadScope],
+    summary="Per-layer agreement of two backends' features for one prompt",
+    responses=errors(401, 403, 404, 409, 422, 503),
+)
 def compare(
     prompt_hash: str,
     request: Request,

@@ -4,10 +4,16 @@ from fastapi import APIRouter
 
 from schemas.api import ExtractRequest, ExtractResponse
 from service.api.deps import LibraryDep, WriteScope
+from service.api.openapi import errors
 
 router = APIRouter(tags=["extract"])
 
 
-@router.post("/v1/extract", dependencies=[WriteScope])
+@router.post(
+    "/v1/extract",
+    dependencies=[WriteScope],
+    summary="Extract the samples' features now (existing entries are returned as they are)",
+    responses=errors(401, 403, 409, 413, 422, 503),
+)
 def extract(request: ExtractRequest, library: LibraryDep) -> ExtractResponse:
     return library.extract(request)

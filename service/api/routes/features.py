@@ -10,6 +10,7 @@ from schemas import wire
 from schemas.api import BatchRequest
 from schemas.manifest import Manifest
 from service.api.deps import LibraryDep, ReadScope
+from service.api.openapi import binary, errors
 from service.api.queries import FeatureQueryDep, KeyQuery
 from service.api.streaming import slices, stream
 from service.library import FeatureLibrary, Served
@@ -32,25 +33,58 @@ def _key_headers(manifest: Manifest) -> dict[str, str]:
     }
 
 
-@router.get("/v1/features/{prompt_hash}", dependencies=[ReadScope], response_class=Response)
+def _served_headers(layers: list, tokens: tuple[int, int]) -> dict[str, str]:
+    return {"X-Hsstore-Layers": ",".join(map(str, layers)), "X-Hsstore-Tokens": f"{tokens[0]}:{tokens[1]}"}
+
+
+@router.get(
+    "/v1/features/{prompt_hash}",
+    dependencies=[ReadScope],
+    response_class=Response,
+    summary="One entry's features (or a slice of its layers and tokens) as a safetensors body",
+    responses={
+        **binary("safetensors; header metadata `manifest` and `served` (layers, tokens, hash of what was served)"),
+        **errors(401, 403, 404, 409, 422),
+    },
+)
 def get_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
+    """Token ranges are clipped to the entry as Python slicing clips (`X-Hsstore-Tokens` says what was served);
+    only an empty selection is refused."""
     served = library.read(_resolve(library, query.key), query.layers, query.tokens)
     # The header, then each tensor's own buffer: no joined copy of the body is made.
     parts = wire.encode_parts(served.tensors.values(), served.metadata())
     headers = {
         **_key_headers(served.manifest),
+        **_served_headers(served.layers, served.tokens),
         "X-Hsstore-Served-Hash": served.served_hash,
         "Content-Length": str(wire.frame_length(parts)),
     }
     return stream(slices(parts), SAFETENSORS, headers)
 
 
-@router.head("/v1/features/{prompt_hash}", dependencies=[ReadScope], response_class=Response)
+@router.head(
+    "/v1/features/{prompt_hash}",
+    dependencies=[ReadScope],
+    response_class=Response,
+    summary="Whether the entry exists, with the length its GET would send",
+    responses={200: {"description": "it exists"}, **errors(401, 403, 404, 409, 422)},
+)
 def head_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
-    return Response(status_code=200, headers=_key_headers(_resolve(library, query.key)))
+    manifest = _resolve(library, query.key)
+    length = library.served_length(manifest, query.layers, query.tokens)
+    # Response would set Content-Length: 0 for an empty body; HEAD announces the GET's length instead
+    response = Response(status_code=200, headers=_key_headers(manifest), media_type=SAFETENSORS)
+    response.headers["content-length"] = str(length)
+    return response
 
 
-@router.post("/v1/features:batch", dependencies=[ReadScope], response_class=Response)
+@router.post(
+    "/v1/features:batch",
+    dependencies=[ReadScope],
+    response_class=Response,
+    summary="Several entries in one framed response (u64 length + safetensors body per key)",
+    responses={**binary("frames, one per key, in order", FRAMES), **errors(401, 403, 404, 409, 413, 422)},
+)
 def batch_features(request: BatchRequest, library: LibraryDep) -> Response:
     """Several entries in one response, framed. Every key is resolved (and refused with a 4xx) before the first
     byte is sent; the blobs are then read one after another as the response streams."""

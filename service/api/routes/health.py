@@ -3,17 +3,18 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.deps import LibraryDep
+from service.api.openapi import errors
 from service.errors import NotReady
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", summary="Liveness: the process answers")
 def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", summary="Readiness: store and catalog reachable", responses=errors(503))
 def readyz(library: LibraryDep) -> dict[str, str]:
     try:
         library.store.ping()

@@ -5,11 +5,17 @@ from fastapi import APIRouter
 from schemas.api import Info
 from service import __version__
 from service.api.deps import LibraryDep, ReadScope, SettingsDep
+from service.api.openapi import errors
 
 router = APIRouter(tags=["info"])
 
 
-@router.get("/v1/info", dependencies=[ReadScope])
+@router.get(
+    "/v1/info",
+    dependencies=[ReadScope],
+    summary="Model, revision, backends this host can run, default featureset, window",
+    responses=errors(401, 403),
+)
 def info(library: LibraryDep, settings: SettingsDep) -> Info:
     models = library.models
     spec = models.spec if models else None

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
@@ -8,26 +7,24 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from schemas.api import JobList, JobRequest, JobStatus
-from schemas.featureset import FeatureSet, parse_layer
+from schemas.featureset import FeatureSet, parse_layers
+from schemas.jsonl import parse_jsonl
+from schemas.validation import describe_errors
 from service.api.deps import JobsDep, ReadScope, Scope, SettingsDep, WriteScope
+from service.api.openapi import errors
 from service.errors import InvalidRequest
 
 router = APIRouter(tags=["jobs"])
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
 
 
-def _jsonl_samples(body: bytes) -> list[object]:
-    samples = []
-    for number, line in enumerate(body.decode("utf-8", errors="strict").splitlines(), 1):
-        if line.strip():
-            try:
-                samples.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise InvalidRequest(f"line {number} of the upload is not JSON: {exc.msg}") from None
-    return samples
-
-
-@router.post("/v1/jobs", dependencies=[WriteScope], status_code=201)
+@router.post(
+    "/v1/jobs",
+    dependencies=[WriteScope],
+    status_code=201,
+    summary="Submit a warm job (JSON body or a JSONL upload); it runs in the next window",
+    responses=errors(401, 403, 409, 413, 422, 503),
+)
 async def submit(
     request: Request,
     jobs: JobsDep,
@@ -43,9 +40,9 @@ async def submit(
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
     try:
         if content_type in JSONL_TYPES:
-            featureset = FeatureSet(layers=[parse_layer(t) for t in layers.split(",")]) if layers else None
+            featureset = FeatureSet(layers=parse_layers(layers)) if layers else None
             job = JobRequest(
-                samples=_jsonl_samples(body),
+                samples=parse_jsonl(body, "the upload"),
                 backends=backend or ["auto"],
                 featureset=featureset,
                 completion=completion,
@@ -54,25 +51,35 @@ async def submit(
             )
         else:
             job = JobRequest.model_validate_json(body)
-    except UnicodeDecodeError:
-        raise InvalidRequest("the upload is not UTF-8 text") from None
-    except (ValidationError, ValueError) as exc:
-        raise InvalidRequest(str(exc).replace("\n", "; ")[:2000]) from None
+    except ValidationError as exc:
+        raise InvalidRequest(describe_errors(exc.errors(include_url=False, include_input=False))[:2000]) from None
+    except ValueError as exc:  # JsonlError, a bad layer list or completion policy
+        raise InvalidRequest(str(exc)[:2000]) from None
     if job.run_now:
         Scope("admin")(request, settings)
     return await run_in_threadpool(jobs.submit, job)  # tokenising every sample is work: keep the loop free
 
 
-@router.get("/v1/jobs", dependencies=[ReadScope])
+@router.get("/v1/jobs", dependencies=[ReadScope], summary="List warm jobs", responses=errors(401, 403))
 def list_jobs(jobs: JobsDep) -> JobList:
     return jobs.list()
 
 
-@router.get("/v1/jobs/{job_id}", dependencies=[ReadScope])
+@router.get(
+    "/v1/jobs/{job_id}",
+    dependencies=[ReadScope],
+    summary="One job's progress (its id or a unique prefix)",
+    responses=errors(401, 403, 404, 409),
+)
 def job_status(job_id: str, jobs: JobsDep) -> JobStatus:
     return jobs.status(job_id)
 
 
-@router.delete("/v1/jobs/{job_id}", dependencies=[WriteScope])
+@router.delete(
+    "/v1/jobs/{job_id}",
+    dependencies=[WriteScope],
+    summary="Cancel a job (its id or a unique prefix)",
+    responses=errors(401, 403, 404, 409),
+)
 def cancel_job(job_id: str, jobs: JobsDep) -> JobStatus:
     return jobs.cancel(job_id)

@@ -5,6 +5,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.api import WindowState
 from service.api.deps import AdminScope, ReadScope, WindowsDep
+from service.api.openapi import errors
 from service.errors import InvalidRequest
 
 router = APIRouter(tags=["window"])
@@ -16,12 +17,22 @@ class OpenWindow(BaseModel):
     minutes: float = Field(gt=0, le=24 * 60)
 
 
-@router.get("/v1/window", dependencies=[ReadScope])
+@router.get(
+    "/v1/window",
+    dependencies=[ReadScope],
+    summary="Is the extraction window open, and until when",
+    responses=errors(401, 403),
+)
 def window_state(windows: WindowsDep) -> WindowState:
     return windows.state()
 
 
-@router.post("/v1/window/open", dependencies=[AdminScope])
+@router.post(
+    "/v1/window/open",
+    dependencies=[AdminScope],
+    summary="Open a manual window for N minutes",
+    responses=errors(401, 403, 422),
+)
 def open_window(body: OpenWindow, windows: WindowsDep) -> WindowState:
     try:
         return windows.open(body.minutes)
@@ -29,6 +40,11 @@ def open_window(body: OpenWindow, windows: WindowsDep) -> WindowState:
         raise InvalidRequest(str(exc)) from None
 
 
-@router.post("/v1/window/close", dependencies=[AdminScope])
+@router.post(
+    "/v1/window/close",
+    dependencies=[AdminScope],
+    summary="Close the window now (a scheduled one stays shut until its end)",
+    responses=errors(401, 403),
+)
 def close_window(windows: WindowsDep) -> WindowState:
     return windows.close()

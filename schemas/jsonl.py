@@ -1,0 +1,43 @@
+"""JSON Lines as samples arrive in files and uploads: one JSON object per line, blank lines skipped."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class JsonlError(ValueError):
+    """A line that is not a JSON object; the message names the source and the line number."""
+
+    def __init__(self, source: str, line: int | None, reason: str) -> None:
+        self.source, self.line, self.reason = source, line, reason
+        super().__init__(f"{source}, line {line}: {reason}" if line is not None else f"{source}: {reason}")
+
+
+def parse_jsonl(data: bytes | str, source: str) -> list[dict[str, Any]]:
+    """Every non-blank line as a JSON object; JsonlError at the first line that is not one (or for no lines)."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JsonlError(source, None, f"not UTF-8 text (byte {exc.start})") from None
+    objects = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise JsonlError(source, number, f"not JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise JsonlError(source, number, "JSON nested too deeply") from None
+        if not isinstance(value, dict):
+            raise JsonlError(source, number, f"a sample is a JSON object, got {_kind(value)}")
+        objects.append(value)
+    if not objects:
+        raise JsonlError(source, None, "holds no samples (every line is blank)")
+    return objects
+
+
+def _kind(value: Any) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
