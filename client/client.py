@@ -246,26 +246,54 @@ class FeatureClient:
         backend: str | None = None,
         model_revision: str | None = None,
         featureset: FeatureSet | str | None = None,
+        content_hash: str | None = None,
         since: str | None = None,
         page_size: int = 100,
     ) -> Iterator[Manifest]:
-        """Every matching version, page by page."""
-        params: dict[str, Any] = {"limit": page_size}
+        """Every matching version, oldest first, page by page (`prompt_hash` and `content_hash` may be prefixes)."""
+        cursor = None
+        while True:
+            page = self.entries_page(
+                prompt_hash=prompt_hash,
+                backend=backend,
+                model_revision=model_revision,
+                featureset=featureset,
+                content_hash=content_hash,
+                since=since,
+                limit=page_size,
+                cursor=cursor,
+            )
+            yield from page.entries
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def entries_page(
+        self,
+        *,
+        prompt_hash: str | None = None,
+        backend: str | None = None,
+        model_revision: str | None = None,
+        featureset: FeatureSet | str | None = None,
+        content_hash: str | None = None,
+        since: str | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> EntriesPage:
+        """One page of the listing; pass its `next_cursor` back for the next."""
+        params: dict[str, Any] = {"limit": limit}
         for name, value in (
             ("prompt_hash", prompt_hash),
             ("backend", backend),
             ("model_revision", model_revision),
             ("featureset", _featureset_id(featureset)),
+            ("content_hash", content_hash),
             ("since", since),
+            ("cursor", cursor),
         ):
             if value is not None:
                 params[name] = value
-        while True:
-            page = self._call(EntriesPage, "GET", "/v1/entries", params=params)
-            yield from page.entries
-            if page.next_cursor is None:
-                return
-            params["cursor"] = page.next_cursor
+        return self._call(EntriesPage, "GET", "/v1/entries", params=params)
 
     def compare(
         self,

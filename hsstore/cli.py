@@ -1,37 +1,89 @@
-"""The `hsstore` command line: serve, build the tiny model, extract, fetch, list."""
+"""The `hsstore` command line: serve, build the tiny model, extract, warm, list, fetch, compare, audit, windows.
+
+Commands that only talk to a service import neither torch nor the service: they start in a fraction of a second.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from schemas.api import WindowState
+from hsstore import cli_output as out
+from hsstore.cli_errors import CliError, ErrorReportingGroup
+from hsstore.cli_input import (
+    SampleFile,
+    featureset_option,
+    resolve_content_hash,
+    resolve_prompt_hash,
+    since_option,
+)
 
-app = typer.Typer(help="hsstore: a hidden-state feature store", no_args_is_help=True, add_completion=False)
-console = Console()
+if TYPE_CHECKING:
+    from client import FeatureClient
 
-UrlOption = Annotated[str, typer.Option(envvar="HSSTORE_URL", help="service base URL")]
-TokenOption = Annotated[str | None, typer.Option(envvar="HSSTORE_TOKEN", help="bearer token")]
+app = typer.Typer(
+    help="hsstore: a hidden-state feature store",
+    cls=ErrorReportingGroup,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console(stderr=True)  # progress and spinners; results go to stdout
+
 DEFAULT_URL = "http://127.0.0.1:8000"
+UrlOption = Annotated[str, typer.Option(envvar="HSSTORE_URL", help="service base URL (or HSSTORE_URL)")]
+TokenOption = Annotated[str | None, typer.Option(envvar="HSSTORE_TOKEN", help="bearer token (or HSSTORE_TOKEN)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (whole ids) instead of columns")]
+SamplesArgument = Annotated[
+    Path, typer.Argument(help="JSONL file, one sample per line", exists=True, dir_okay=False, readable=True)
+]
+
+
+@app.callback()
+def main(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show the traceback when a command fails (or HSSTORE_DEBUG=1)")
+    ] = False,
+) -> None:
+    """hsstore: a hidden-state feature store."""
+
+
+def _client(url: str, token: str | None) -> FeatureClient:
+    from client import FeatureClient
+
+    return FeatureClient(url, token)
+
+
+def _progress(label: str) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 @app.command()
 def serve(
-    config: Annotated[Path | None, typer.Option(help="TOML settings file")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)", exists=True, dir_okay=False)
+    ] = None,
     model_dir: Annotated[Path | None, typer.Option(help="model directory (overrides settings)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="store directory (overrides settings)")] = None,
     host: Annotated[str | None, typer.Option()] = None,
     port: Annotated[int | None, typer.Option()] = None,
 ) -> None:
-    """Run the service (loads the model once, serves the store)."""
+    """Run the service: load the model (now, or when a window opens) and serve the store. Logs every request."""
     import uvicorn
 
     from service.main import create_app
@@ -45,7 +97,8 @@ def serve(
         if v is not None
     }
     settings = Settings(**overrides)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=True)
 
 
 @app.command()
@@ -59,86 +112,113 @@ def devmodel(
     from service.model.devmodel import build_devmodel
 
     build_devmodel(out_dir, multimodal=multimodal, head_dim=head_dim)
-    console.print(f"{out_dir}  model_revision={model_revision(out_dir)}")
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    samples = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                samples.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise typer.BadParameter(f"{path}:{number}: {exc}") from None
-    return samples
+    typer.echo(f"{out_dir}  model_revision={model_revision(out_dir)}")
 
 
 @app.command()
 def extract(
-    jsonl: Path,
+    jsonl: SamplesArgument,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     backend: Annotated[str | None, typer.Option(help="auto, fla, fla-noconv or torch")] = None,
-    layers: Annotated[str | None, typer.Option(help="comma-separated layer ids (default: the DFlash layers)")] = None,
-    batch: Annotated[int, typer.Option(min=1)] = 8,
+    layers: Annotated[str | None, typer.Option(help="layer ids, any order: 1,16,embed (default: DFlash's)")] = None,
+    batch: Annotated[int, typer.Option(min=1, help="samples per request")] = 8,
+    as_json: JsonOption = False,
 ) -> None:
-    """Extract (or find stored) features for every sample of a JSONL file now."""
-    from client import FeatureClient
-    from schemas.featureset import parse_layer
-
-    samples = _read_jsonl(jsonl)
-    featureset = [parse_layer(t) for t in layers.split(",")] if layers else None
+    """Extract (or find stored) features for every sample of a JSONL file now; prints each sample's prompt hash."""
+    samples = SampleFile(jsonl)
+    featureset = featureset_option(layers)
     counts = {"extracted": 0, "existing": 0}
-    with (
-        FeatureClient(url, token) as client,
-        Progress(
-            TextColumn("extract"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-        ) as progress,
-    ):
-        task = progress.add_task("extract", total=len(samples))
-        for start in range(0, len(samples), batch):
-            response = client.extract(samples[start : start + batch], featureset=featureset, backend=backend)
+    with _client(url, token) as client, _progress("extract") as progress:
+        task = progress.add_task("extract", total=len(samples.samples))
+        for start in range(0, len(samples.samples), batch):
+            try:
+                response = client.extract(
+                    samples.samples[start : start + batch], featureset=featureset, backend=backend
+                )
+            except Exception as exc:
+                _stopped_after(exc, samples, start, counts)
+                raise
+            if start == 0 and not as_json and response.results:
+                m = response.results[0].manifest
+                layer_list = ",".join(map(str, m.featureset.layers))
+                typer.echo(f"featureset {m.featureset_id} (layers {layer_list}), backend {m.backend}")
+            for offset, result in enumerate(response.results):
+                index = start + offset
+                if as_json:
+                    record = {
+                        "line": samples.lines[index],
+                        "id": result.sample_id,
+                        "prompt_hash": result.prompt_hash,
+                        "status": result.status,
+                        "backend": result.manifest.backend,
+                        "featureset": result.manifest.featureset_id,
+                        "content_hash": result.manifest.content_hash,
+                    }
+                    typer.echo(json.dumps(record))
+                else:
+                    typer.echo(f"{result.status:13} {result.prompt_hash[: out.SHORT]}  {samples.label(index)}")
             counts["extracted"] += response.extracted
             counts["existing"] += response.existing
             progress.advance(task, len(response.results))
     console.print(f"{counts['extracted']} extracted, {counts['existing']} already stored")
 
 
+def _stopped_after(exc: Exception, samples: SampleFile, start: int, counts: dict[str, int]) -> None:
+    """Say where a multi-request extraction stopped, so nothing looks half-done without saying so."""
+    from client import HsstoreError
+
+    if isinstance(exc, HsstoreError):
+        exc.message = samples.locate(exc.message, offset=start)
+    if start:
+        stored = counts["extracted"] + counts["existing"]
+        last = samples.lines[start - 1]
+        raise CliError(
+            getattr(exc, "message", str(exc)),
+            f"the first {stored} samples (to line {last}) were stored before this; "
+            "running the command again skips them",
+        ) from exc
+
+
 @app.command()
 def warm(
-    jsonl: Path,
+    jsonl: SamplesArgument,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     backend: Annotated[
         list[str] | None, typer.Option(help="fla, fla-noconv, torch or auto; repeat for several")
     ] = None,
     completion: Annotated[str | None, typer.Option(help="greedy:N for samples without a completion")] = None,
-    layers: Annotated[str | None, typer.Option(help="comma-separated layer ids (default: the DFlash layers)")] = None,
+    layers: Annotated[str | None, typer.Option(help="layer ids, any order: 1,16,embed (default: DFlash's)")] = None,
     priority: Annotated[int, typer.Option()] = 0,
     now: Annotated[bool, typer.Option("--now", help="run outside any window (admin)")] = False,
     wait: Annotated[bool, typer.Option(help="follow the job with a progress bar until it ends")] = True,
 ) -> None:
     """Submit a warm job from a JSONL file (one sample per line); it runs in the next downtime window."""
-    from client import FeatureClient
-    from schemas.featureset import parse_layer
+    from client import HsstoreError
 
-    with FeatureClient(url, token) as client:
-        status = client.submit_job(
-            jsonl=jsonl.read_bytes(),
-            backends=backend or ["auto"],
-            completion=completion,
-            priority=priority,
-            layers=[parse_layer(t) for t in layers.split(",")] if layers else None,
-            run_now=now,
-        )
-        console.print(
-            f"job {status.id}: {status.total} items, backends {status.backends}, featureset {status.featureset_id}"
+    samples = SampleFile(jsonl)
+    featureset = featureset_option(layers)
+    with _client(url, token) as client:
+        try:
+            status = client.submit_job(
+                jsonl=jsonl.read_bytes(),
+                backends=backend or ["auto"],
+                completion=completion,
+                priority=priority,
+                layers=featureset.layers if featureset else None,
+                run_now=now,
+            )
+        except HsstoreError as exc:
+            exc.message = samples.locate(exc.message)
+            raise
+        typer.echo(
+            f"job {status.id}: {status.total} items ({len(samples.samples)} samples x {', '.join(status.backends)}), "
+            f"featureset {status.featureset_id}"
         )
         if not wait:
             return
-        with Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-        ) as progress:
+        with _progress("warm") as progress:
             task = progress.add_task("warm", total=status.total)
             while status.state in ("queued", "running"):
                 note = " (waiting for a window)" if status.waiting_for_window else ""
@@ -146,65 +226,54 @@ def warm(
                 progress.update(task, completed=status.done + status.failed, description=f"warm{rate}{note}")
                 time.sleep(1.0)
                 status = client.job(status.id)
-            progress.update(task, completed=status.done + status.failed)
-    console.print(
-        f"{status.state}: {status.done} stored, {status.failed} failed, {status.tokens:,} tokens"
-        + (f", {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else "")
-    )
+    rate = f", {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
+    typer.echo(f"{status.state}: {status.done} stored, {status.failed} failed, {status.tokens:,} tokens{rate}")
     for error in status.errors[:20]:
-        console.print(f"  [red]sample {error.index} ({error.backend})[/]: {error.message}")
+        typer.echo(f"  {samples.where(error.index)} ({error.backend}): {error.message}")
     if status.error:
-        console.print(f"  [red]{status.error}[/]")
+        typer.echo(f"  {status.error}")
     if status.state != "done":
         raise typer.Exit(1)
 
 
 @app.command()
 def jobs(
+    job_id: Annotated[str | None, typer.Argument(help="show this job (its id or a unique prefix)")] = None,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
-    cancel: Annotated[str | None, typer.Option(help="cancel this job id")] = None,
+    cancel: Annotated[str | None, typer.Option(help="cancel this job (its id or a unique prefix)")] = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """List warm jobs (or cancel one)."""
-    from client import FeatureClient
-
-    with FeatureClient(url, token) as client:
+    """List warm jobs, show one, or cancel one."""
+    with _client(url, token) as client:
         if cancel:
-            client.cancel_job(cancel)
+            cancelled = client.cancel_job(cancel)
+            console.print(f"job {cancelled.id}: {cancelled.state}")
+        if job_id is not None:
+            job = client.job(job_id)
+            if as_json:
+                typer.echo(job.model_dump_json(indent=2))
+            else:
+                out.print_job(job)
+            return
         listed = client.jobs()
-    table = Table("id", "state", "done", "failed", "total", "tokens", "tok/s", "backends", "priority", "created")
-    for job in listed:
-        table.add_row(
-            job.id[:12],
-            job.state + (" (waiting)" if job.waiting_for_window else ""),
-            str(job.done),
-            str(job.failed),
-            str(job.total),
-            f"{job.tokens:,}",
-            f"{job.tokens_per_s:,.0f}" if job.tokens_per_s else "-",
-            ",".join(job.backends),
-            str(job.priority),
-            job.created_at[:19],
-        )
-    console.print(table)
+    if as_json:
+        typer.echo(json.dumps([job.model_dump(mode="json") for job in listed], indent=2))
+    elif listed:
+        out.print_jobs(listed)
+    else:
+        console.print("no jobs")
 
 
 window_app = typer.Typer(help="Downtime windows: when SGLang lends the GPU", no_args_is_help=True)
 app.add_typer(window_app, name="window")
 
 
-def _print_window(state: WindowState) -> None:
-    closes = f", closes {state.closes_at}" if state.closes_at else ""
-    where = f" ({state.source}{closes})" if state.open else ""
-    console.print(f"window {'OPEN' if state.open else 'closed'}{where}; schedule: {state.schedule or 'none'}")
-
-
 @window_app.command("status")
 def window_status(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
-    from client import FeatureClient
-
-    with FeatureClient(url, token) as client:
-        _print_window(client.window())
+    """Whether extraction may run now, until when, and when the next scheduled window opens."""
+    with _client(url, token) as client:
+        typer.echo(out.window_line(client.window()))
 
 
 @window_app.command("open")
@@ -213,78 +282,103 @@ def window_open(
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
 ) -> None:
-    from client import FeatureClient
-
-    with FeatureClient(url, token) as client:
-        _print_window(client.open_window(minutes))
+    """Open a manual window now (SGLang is asked for the GPU when work needs it)."""
+    with _client(url, token) as client:
+        typer.echo(out.window_line(client.open_window(minutes)))
 
 
 @window_app.command("close")
 def window_close(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
-    from client import FeatureClient
-
-    with FeatureClient(url, token) as client:
-        _print_window(client.close_window())
+    """Close the window now; work stops at the next batch boundary and the GPU goes back to SGLang."""
+    with _client(url, token) as client:
+        state = client.close_window()
+    if state.source == "always":
+        raise CliError(
+            "nothing to close: this service has no schedule and no hand-over, so the GPU is always its own",
+            "configure `windows` or `handover` to share the GPU with SGLang",
+        )
+    typer.echo(out.window_line(state))
 
 
 @app.command()
 def get(
-    prompt_hash: str,
+    prompt_hash: Annotated[str, typer.Argument(help="prompt hash, or a unique prefix as `hsstore entries` prints")],
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     backend: Annotated[str | None, typer.Option()] = None,
     model_revision: Annotated[str | None, typer.Option()] = None,
     featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
-    content_hash: Annotated[str | None, typer.Option()] = None,
-    out: Annotated[Path | None, typer.Option(help="write the verified tensors as a .safetensors file")] = None,
+    content_hash: Annotated[str | None, typer.Option(help="a version's content hash, or a unique prefix")] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="write the verified tensors as a .safetensors file")
+    ] = None,
 ) -> None:
-    """Fetch one entry, verify it, print its manifest summary."""
-    from client import FeatureClient
+    """Fetch one entry, verify it, print its manifest summary (and write it with --out)."""
     from schemas import wire
 
-    with FeatureClient(url, token) as client:
+    with _client(url, token) as client:
+        whole = resolve_prompt_hash(client, prompt_hash, backend=backend)
         features = client.get(
-            prompt_hash=prompt_hash,
+            prompt_hash=whole,
             backend=backend,
             model_revision=model_revision,
             featureset=featureset,
-            content_hash=content_hash,
+            content_hash=resolve_content_hash(client, whole, content_hash),
         )
     m = features.manifest
-    console.print(
+    hidden = features.tensors["hidden_states"]
+    typer.echo(
         f"prompt_hash     {m.prompt_hash}\ncontent_hash    {m.content_hash} (verified)\n"
         f"backend         {m.backend}\nmodel_revision  {m.model_revision}\n"
         f"featureset      {m.featureset_id} layers={list(m.featureset.layers)}\n"
-        f"hidden_states   {list(features.hidden_states.shape)} {features.hidden_states.dtype}"
+        f"hidden_states   {list(hidden.shape)} {hidden.dtype}"
     )
-    if out is not None:
-        out.write_bytes(wire.encode(features.tensors.values(), {"manifest": m.model_dump_json()}))
+    if out_file is not None:
+        body = wire.encode(features.tensors.values(), {"manifest": m.model_dump_json()})
+        out_file.write_bytes(body)
+        tensors = ", ".join(f"{t.name} {list(t.shape)} {t.dtype}" for t in features.tensors.values())
+        typer.echo(f"wrote {out_file} ({len(body):,} bytes, safetensors): {tensors}")
 
 
 @app.command()
 def entries(
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
+    prompt_hash: Annotated[str | None, typer.Option(help="a prompt hash or a prefix of one")] = None,
     backend: Annotated[str | None, typer.Option()] = None,
-    limit: Annotated[int, typer.Option(min=1)] = 50,
+    model_revision: Annotated[str | None, typer.Option()] = None,
+    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="entries per page")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="the cursor a previous page printed")] = None,
+    as_json: JsonOption = False,
 ) -> None:
-    """List stored entry versions."""
-    from client import FeatureClient
-
-    table = Table("prompt hash", "tokens", "backend", "featureset", "content hash", "created")
-    with FeatureClient(url, token) as client:
-        for number, m in enumerate(client.entries(backend=backend)):
-            if number >= limit:
-                break
-            table.add_row(
-                m.prompt_hash[:16], str(m.num_tokens), m.backend, m.featureset_id, m.content_hash[:23], m.created_at
-            )
-    console.print(table)
+    """List stored entry versions, oldest first, one page at a time. Printed ids are unique prefixes that every
+    command accepts."""
+    with _client(url, token) as client:
+        page = client.entries_page(
+            prompt_hash=prompt_hash,
+            backend=backend,
+            model_revision=model_revision,
+            featureset=featureset,
+            since=since_option(since),
+            limit=limit,
+            cursor=cursor,
+        )
+    if as_json:
+        typer.echo(page.model_dump_json(indent=2))
+        return
+    if page.entries:
+        out.print_entries(page.entries)
+    else:
+        console.print("no entries match")
+    if page.next_cursor is not None:
+        console.print(f"more: hsstore entries --cursor {page.next_cursor} (with the same filters)")
 
 
 @app.command()
 def compare(
-    prompt_hash: str,
+    prompt_hash: Annotated[str, typer.Argument(help="prompt hash, or a unique prefix")],
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     a: Annotated[str, typer.Option(help="first backend")] = "fla",
@@ -293,27 +387,23 @@ def compare(
     extract: Annotated[bool, typer.Option(help="extract a missing side")] = False,
 ) -> None:
     """Per-layer cosine (mean, min), max |diff| and bitwise-equal fraction of two backends' features."""
-    from client import FeatureClient
-
-    with FeatureClient(url, token) as client:
-        report = client.compare(prompt_hash=prompt_hash, a=a, b=b, featureset=featureset, extract=extract)
-    table = Table(
-        "layer",
-        "cosine mean",
-        "cosine min",
-        "max |diff|",
-        "bitwise equal",
-        title=f"{a} vs {b}: {report.num_tokens} tokens, extracted now: {report.extracted or 'none'}",
-    )
-    for row in report.layers:
-        table.add_row(
+    with _client(url, token) as client:
+        whole = resolve_prompt_hash(client, prompt_hash)
+        doing = f"comparing {a} with {b} for {whole[: out.SHORT]}" + (" (extracting a missing side)" if extract else "")
+        with console.status(doing):
+            report = client.compare(prompt_hash=whole, a=a, b=b, featureset=featureset, extract=extract)
+    typer.echo(f"{a} vs {b}: {report.num_tokens} tokens, extracted now: {', '.join(report.extracted) or 'none'}")
+    rows = [
+        (
             str(row.layer),
             f"{row.cosine_mean:.6f}",
             f"{row.cosine_min:.6f}",
             f"{row.max_abs_diff:.4g}",
             f"{row.bitwise_equal_fraction:.2%}",
         )
-    console.print(table)
+        for row in report.layers
+    ]
+    out.table(("LAYER", "COSINE MEAN", "COSINE MIN", "MAX |DIFF|", "BITWISE EQUAL"), rows, frozenset({1, 2, 3, 4}))
 
 
 @app.command()
@@ -325,17 +415,14 @@ def audit(
     seed: Annotated[int | None, typer.Option()] = None,
 ) -> None:
     """Re-extract stored entries and report which reproduce their content hash bit for bit."""
-    from client import FeatureClient
-
-    with console.status(f"re-extracting {sample} entries"), FeatureClient(url, token) as client:
-        report = client.audit(sample, backend, seed)
+    with console.status(f"re-extracting up to {sample} stored entries and comparing bits"), _client(url, token) as c:
+        report = c.audit(sample, backend, seed)
+    prompts = out.short_ids(r.prompt_hash for r in report.results)
     for result in report.results:
-        mark = "[green]reproduced[/]" if result.reproduced else f"[red]MISMATCH[/] now {result.reproduced_hash[:23]}"
-        console.print(f"{result.prompt_hash[:16]} {result.backend:10} {result.content_hash[:23]} {mark}")
-    console.print(
-        f"{report.reproduced}/{report.total} reproduced bit for bit"
-        + (f"; skipped {report.skipped}: {report.skipped_reason}" if report.skipped else "")
-    )
+        mark = "reproduced" if result.reproduced else f"MISMATCH: now {result.reproduced_hash}"
+        typer.echo(f"{prompts[result.prompt_hash]}  {result.backend:10}  {result.content_hash[:23]}  {mark}")
+    skipped = f"; skipped {report.skipped}: {report.skipped_reason}" if report.skipped else ""
+    typer.echo(f"{report.reproduced}/{report.total} reproduced bit for bit{skipped}")
     if report.mismatched:
         raise typer.Exit(1)
 
@@ -350,7 +437,7 @@ def rebuild_catalog(data_dir: Path) -> None:
 
     settings = Settings(data_dir=data_dir)
     library = FeatureLibrary(LocalZarrStore(data_dir), SqliteCatalog(settings.catalog_path), None)
-    console.print(f"{library.rebuild_catalog()} versions re-added")
+    typer.echo(f"{library.rebuild_catalog()} versions re-added")
 
 
 if __name__ == "__main__":

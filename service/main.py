@@ -14,6 +14,7 @@ from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.routes import audit, compare, entries, extract, features, health, info, jobs, window
 from service.catalog.sqlite import SqliteCatalog
+from service.errors import HsstoreError
 from service.extraction.extractor import Extractor
 from service.handover import CommandHandover, GpuHandover, HandoverLedger, MemorySaverHandover, NoHandover
 from service.jobs.queue import JobQueue
@@ -95,6 +96,36 @@ def build_library(
     )
 
 
+def startup_lines(settings: Settings, library: FeatureLibrary) -> list[str]:
+    """What an operator needs to see when the service starts: where, which model, what it can run, where it
+    keeps data, whether anyone can call it."""
+    lines = [f"hsstore {__version__} listening on http://{settings.host}:{settings.port} (API docs at /docs)"]
+    models = library.models
+    if models is None:
+        lines.append("model: none: a read-only replica, serving stored features only")
+    else:
+        spec = models.spec
+        when = "loaded" if models.loaded else "loaded when a window opens (SGLang has the GPU until then)"
+        lines.append(f"model: {spec.path} ({spec.info().architecture}, {spec.num_layers} layers), {when}")
+        lines.append(f"model_revision: {spec.revision}")
+        try:
+            default = spec.resolve_backend(settings.default_backend).value
+        except HsstoreError as exc:
+            default = f"{settings.default_backend}, which this host cannot run: {exc.message}"
+        lines.append(f"backends this host can run: {', '.join(spec.available_backends())} (default {default})")
+    lines.append(f"data dir: {settings.data_dir.resolve()}")
+    if settings.tokens:
+        lines.append(f"auth: on ({len(settings.tokens)} bearer tokens)")
+    else:
+        lines.append("auth: off (no tokens configured: whoever reaches this port can read and write)")
+    if library.windows is not None and library.windows.enforced:
+        schedule = "; ".join(settings.windows) or "manual only"
+        lines.append(f"extraction windows: {schedule}; hand-over: {settings.handover}")
+    else:
+        lines.append("extraction windows: none (the GPU is always this service's)")
+    return lines
+
+
 def create_app(
     settings: Settings | None = None,
     loaded: LoadedModel | None = None,
@@ -118,6 +149,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        for line in startup_lines(settings, library):
+            log.info("%s", line)
         if library.models is not None:
             library.models.recover()  # a previous process may have died holding SGLang's GPU
         if runner is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Literal
 
@@ -10,6 +11,21 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 CONFIG_ENV = "HSSTORE_CONFIG"
+
+
+class ConfigError(ValueError):
+    """The configuration file named cannot be used (missing, unreadable, not TOML): never a silent fallback."""
+
+
+def _toml_source(settings_cls: type[BaseSettings], path: Path) -> TomlConfigSettingsSource:
+    if not path.is_file():
+        raise ConfigError(f"the config file {path} ({CONFIG_ENV} or --config) does not exist")
+    try:
+        return TomlConfigSettingsSource(settings_cls, toml_file=path)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"the config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"the config file {path} cannot be read: {exc.strerror}") from None
 
 
 class Settings(BaseSettings):
@@ -74,7 +90,7 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if config := os.environ.get(CONFIG_ENV):
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config)))
+            sources.append(_toml_source(settings_cls, Path(config)))
         return tuple(sources)
 
     @property

@@ -1,0 +1,77 @@
+"""What the CLI says when a command fails: one or two lines (what failed, what to do), no traceback unless
+`--debug` or HSSTORE_DEBUG=1."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+import typer
+from pydantic import ValidationError
+from typer.core import TyperGroup
+
+from schemas.jsonl import JsonlError
+from schemas.validation import describe_errors
+
+DEBUG_ENV = "HSSTORE_DEBUG"
+
+
+class CliError(Exception):
+    """A failure the CLI found itself, with what to do about it."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        self.message, self.hint = message, hint
+        super().__init__(message)
+
+
+def explain(exc: Exception) -> tuple[str, str | None]:
+    """(what failed, what to do) for an exception a command let through."""
+    from client import errors as client_errors  # the client is light, but only commands that talk need it
+    from service.settings import ConfigError
+
+    url_hint = "point the CLI at the service with --url URL or HSSTORE_URL"
+    if isinstance(exc, CliError):
+        return exc.message, exc.hint
+    if isinstance(exc, client_errors.ConnectionFailed):
+        return exc.message, f"is `hsstore serve` running there? {url_hint}"
+    if isinstance(exc, client_errors.NotHsstoreError):
+        return exc.message, url_hint
+    if isinstance(exc, client_errors.AuthError):
+        return exc.message, "pass a token with the needed scope: --token TOKEN or HSSTORE_TOKEN"
+    if isinstance(exc, client_errors.WindowClosedError):
+        return exc.message, None  # the service's message already says how to open one
+    if isinstance(exc, client_errors.IntegrityError):
+        return exc.message, "nothing was accepted; re-extract the entry, or report it if it repeats"
+    if isinstance(exc, client_errors.HsstoreError):
+        return exc.message, None
+    if isinstance(exc, JsonlError | ConfigError):
+        return str(exc), None
+    if isinstance(exc, ValidationError):
+        return f"invalid settings: {describe_errors(exc.errors(include_url=False, include_input=False))}", None
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc), None
+    return f"unexpected {type(exc).__name__}: {exc}", f"run with --debug (or {DEBUG_ENV}=1) for the traceback"
+
+
+def debug_requested() -> bool:
+    return os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes") or "--debug" in sys.argv
+
+
+class ErrorReportingGroup(TyperGroup):
+    """Every command's failure reported by `explain` and exit status 1; click's own usage errors stay as they are."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug") or debug_requested():
+                raise
+            message, hint = explain(exc)
+            typer.echo(f"error: {message}", err=True)
+            if hint:
+                typer.echo(f"  {hint}", err=True)
+            raise typer.Exit(1) from None
