@@ -7,7 +7,6 @@ import os
 import sys
 from typing import Any
 
-import click
 import typer
 from pydantic import ValidationError
 from typer.core import TyperGroup
@@ -62,10 +61,10 @@ def debug_requested() -> bool:
 class ErrorReportingGroup(TyperGroup):
     """Every command's failure reported by `explain` and exit status 1; click's own usage errors stay as they are."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except (typer.Exit, typer.Abort, typer.TyperException):  # usage errors and exits: click's own handling
             raise
         except Exception as exc:
             if ctx.params.get("debug") or debug_requested():

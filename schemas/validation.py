@@ -1,9 +1,44 @@
-"""pydantic's validation errors in a user's words: `where: what`, without pydantic's links or input echoes."""
+"""pydantic's validation errors in a user's words: `where: what`, without pydantic's phrasing, links or input."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+# pydantic error type -> our words (formatted with the error's context)
+_WORDS = {
+    "extra_forbidden": "unknown field",
+    "missing": "is required",
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "float_type": "must be a number",
+    "bool_type": "must be true or false",
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "too_short": "needs at least {min_length} item(s)",
+    "too_long": "takes at most {max_length} item(s)",
+    "string_too_short": "must not be empty",
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be more than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "less_than": "must be less than {lt}",
+    "literal_error": "must be one of {expected}",
+    "enum": "must be one of {expected}",
+    "json_invalid": "is not valid JSON",
+}
+
+
+def _words(err: Mapping[str, Any]) -> str:
+    template = _WORDS.get(str(err.get("type", "")))
+    if template is not None:
+        try:
+            return template.format(**(err.get("ctx") or {}))
+        except (KeyError, IndexError):
+            pass
+    return str(err.get("msg", "invalid")).removeprefix("Value error, ")
 
 
 def describe_errors(errors: Iterable[Mapping[str, Any]], skip: tuple[str, ...] = ()) -> str:
@@ -12,6 +47,5 @@ def describe_errors(errors: Iterable[Mapping[str, Any]], skip: tuple[str, ...] =
     reasons = []
     for err in errors:
         where = ".".join(str(part) for part in err.get("loc", ()) if part not in skip)
-        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        reasons.append(f"{where}: {message}" if where else message)
+        reasons.append(f"{where}: {_words(err)}" if where else _words(err))
     return "; ".join(reasons) or "invalid"

@@ -136,3 +136,37 @@ def test_pad_collate_masks_padding(client: FeatureClient, stored: list) -> None:
     short, long_ = (s["input_ids"].shape[0] for s in samples)
     assert batch["hidden_states"].shape[:2] == (2, long_)
     assert batch["attention_mask"][0].sum() == short and not batch["hidden_states"][0, short:].any()
+
+
+def _sample(length: int, mask_from: int | None = None, with_targets: bool = False) -> dict:
+    sample = {
+        "hidden_states": torch.full((length, 2, 4), float(length), dtype=torch.bfloat16),
+        "input_ids": torch.arange(length, dtype=torch.int32) + 1,
+        "prompt_hash": f"p{length}",
+        "content_hash": f"sha256:{length}",
+    }
+    if mask_from is not None:
+        sample["loss_mask"] = (torch.arange(length) >= mask_from).to(torch.uint8)
+    if with_targets:
+        sample["target_ids"] = torch.arange(length, dtype=torch.int32) + 100
+    return sample
+
+
+def test_a_batch_mixing_entries_with_and_without_a_completion_masks_every_row() -> None:
+    """An entry without a completion trains on every token: in a mixed batch its loss_mask row is all ones (zero
+    on pads), never dropped, so the trainer cannot silently train the masked rows on their prompts."""
+    with_mask, without = _sample(5, mask_from=3), _sample(3)
+    padded = pad_collate([with_mask, without])
+    assert padded["loss_mask"].tolist() == [[0, 0, 0, 1, 1], [1, 1, 1, 0, 0]]
+    assert padded["attention_mask"].tolist() == [[True] * 5, [True] * 3 + [False] * 2]
+    packed = pack_collate([without, with_mask])
+    assert packed["loss_mask"].tolist() == [1, 1, 1, 0, 0, 0, 1, 1]
+    assert "loss_mask" not in pad_collate([_sample(2), _sample(3)])  # none has one: every token counts
+    assert pad_collate([_sample(2, 1), _sample(3, 2)])["loss_mask"].tolist() == [[0, 1, 0], [0, 0, 1]]
+
+
+def test_a_batch_mixing_entries_with_and_without_target_ids_is_refused() -> None:
+    with pytest.raises(ValueError, match="target_ids"):
+        pad_collate([_sample(3, with_targets=True), _sample(2)])
+    with pytest.raises(ValueError, match="target_ids"):
+        pack_collate([_sample(3), _sample(2, with_targets=True)])

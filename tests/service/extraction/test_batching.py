@@ -1,11 +1,25 @@
+"""Batching may change how fast, never the bits. Whether right-padded batches keep every bit is a property of the
+kernels and the CPU or GPU at hand, so these tests force the probe's answer each way and, on the real probe, assert
+only what must hold whatever it finds."""
+
 from __future__ import annotations
 
+import pytest
+import torch
+
 from schemas.api import ExtractRequest
+from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from service.extraction.batching import plan_batches
+from service.extraction.batching import describe, plan_batches
+from service.extraction.extractor import Extractor
+from service.library import FeatureLibrary
 from service.main import build_library
 from service.model.loader import LoadedModel
 from service.settings import Settings
+
+SAMPLES = [{"text": "def merge(a, b): return sorted(a + b) " * (i + 1)} for i in range(5)]
+REQUEST = ExtractRequest(samples=SAMPLES, featureset=FeatureSet(layers=[0, 1, 2, 3, 7]))
+BUDGET = 4096
 
 
 def test_plan_batches_respects_the_token_budget() -> None:
@@ -18,17 +32,67 @@ def test_plan_batches_respects_the_token_budget() -> None:
     assert plan_batches(lengths, batch_tokens=0) == [[5], [1], [2], [3], [0], [4]]
 
 
-def test_batching_only_where_it_keeps_every_bit(settings: Settings, tiny_loaded: LoadedModel) -> None:
-    """Asked to batch, the extractor first probes whether batches keep every bit on this device. On this CPU the
-    full-attention layers do not (measured), so it extracts one sequence per forward: every entry equals one-by-one
-    extraction bit for bit, the fingerprint names the policy that really ran, and the audit agrees."""
-    samples = [{"text": "def merge(a, b): return sorted(a + b) " * (i + 1)} for i in range(5)]
-    request = ExtractRequest(samples=samples, featureset=FeatureSet(layers=[0, 1, 2, 3, 7]))
-    one = build_library(settings.model_copy(update={"data_dir": settings.data_dir / "one"}), tiny_loaded)
-    batched_settings = settings.model_copy(update={"data_dir": settings.data_dir / "batched", "batch_tokens": 4096})
-    batched = build_library(batched_settings, tiny_loaded)
-    for single, together in zip(one.extract(request).results, batched.extract(request).results, strict=True):
+def _libraries(settings: Settings, loaded: LoadedModel) -> tuple[FeatureLibrary, FeatureLibrary]:
+    one = build_library(settings.model_copy(update={"data_dir": settings.data_dir / "one"}), loaded)
+    update = {"data_dir": settings.data_dir / "batched", "batch_tokens": BUDGET}
+    return one, build_library(settings.model_copy(update=update), loaded)
+
+
+def _forward_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Rows of every forward the extractor runs from now on (probes included)."""
+    sizes: list[int] = []
+    original = Extractor._forward
+
+    def counting(self: Extractor, rows: list, *args: object, **kwargs: object) -> object:
+        sizes.append(len(rows))
+        return original(self, rows, *args, **kwargs)
+
+    monkeypatch.setattr(Extractor, "_forward", counting)
+    return sizes
+
+
+def test_a_probe_that_finds_changed_bits_keeps_one_sequence_per_forward(
+    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: False)
+    one, batched = _libraries(settings, tiny_loaded)
+    expected = [r.manifest.content_hash for r in one.extract(REQUEST).results]
+    sizes = _forward_sizes(monkeypatch)
+    results = batched.extract(REQUEST).results
+    assert sizes and max(sizes) == 1  # no forward held two sequences
+    assert [r.manifest.content_hash for r in results] == expected
+    assert {r.manifest.fingerprint.batching for r in results} == {describe(0)}
+
+
+def test_a_probe_that_finds_every_bit_kept_batches_and_says_so(
+    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: True)
+    one, batched = _libraries(settings, tiny_loaded)
+    alone = {r.prompt_hash: r.manifest for r in one.extract(REQUEST).results}
+    sizes = _forward_sizes(monkeypatch)
+    results = batched.extract(REQUEST).results
+    assert max(sizes) > 1  # sequences really shared forwards
+    assert {r.manifest.fingerprint.batching for r in results} == {describe(BUDGET)}
+    for result in results:  # the same tokens and shapes; the bits are whatever this host's batched kernels give
+        single = alone[result.prompt_hash]
+        assert result.manifest.tensors == single.tensors
+        batched_hidden = batched.read(result.manifest).tensors["hidden_states"].numpy()
+        single_hidden = one.read(single).tensors["hidden_states"].numpy()
+        as_float = [
+            torch.from_numpy(h.astype("int32") << 16).view(torch.float32) for h in (batched_hidden, single_hidden)
+        ]
+        torch.testing.assert_close(*as_float, rtol=0.05, atol=0.05)
+
+
+def test_the_real_probe_never_costs_a_bit(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    """Whatever this host's probe finds: every entry equals one-by-one extraction bit for bit, the fingerprint
+    names the policy that ran, and the audit (one sequence per forward) reproduces every entry."""
+    one, batched = _libraries(settings, tiny_loaded)
+    keeps_bits = batched.require_models().extractor().batching_keeps_bits(BUDGET, Backend.TORCH)
+    policy = describe(BUDGET if keeps_bits else 0)
+    for single, together in zip(one.extract(REQUEST).results, batched.extract(REQUEST).results, strict=True):
         assert single.manifest.content_hash == together.manifest.content_hash
-        assert together.manifest.fingerprint.batching == "one sequence per forward, no padding"
+        assert together.manifest.fingerprint.batching == policy
     report = batched.audit(5)
     assert (report.total, report.reproduced) == (5, 5)

@@ -1,0 +1,255 @@
+"""A new user's first hour with the CLI: errors in one or two lines, ids that paste back, JSON for scripts, JSONL
+mistakes named by file and line, and no torch for commands that only talk to a service."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from typer.testing import CliRunner, Result
+
+from hsstore.cli import app
+from schemas.featureset import FeatureSet
+from schemas.prompt_hash import prompt_hash
+from service.main import create_app
+from service.model.loader import LoadedModel
+from service.settings import Settings
+from tests.conftest import REPO, LiveServer, coding_prompts, free_port
+
+runner = CliRunner()
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+    return runner.invoke(app, list(args), env={"COLUMNS": "80", **(env or {})})
+
+
+def ok(*args: str) -> str:
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def failed(*args: str, env: dict[str, str] | None = None) -> list[str]:
+    """The stderr lines of a command that must fail cleanly: exit 1, one or two lines, no traceback."""
+    result = invoke(*args, env=env)
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert 1 <= len(lines) <= 2 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output and "pydantic" not in result.output, result.output
+    return lines
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def prompts(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "prompts.jsonl", [json.dumps(p) for p in coding_prompts()[:3]])
+
+
+@pytest.fixture
+def html_404_url() -> Iterator[str]:
+    """Some other web server on the port the user named."""
+
+    class NotUs(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body><h1>404 Not Found</h1></body></html>"
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotUs)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_connection_refused_names_the_url_and_how_to_set_it() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    first, hint = failed("entries", "--url", url)
+    assert url in first and "refused" in first.lower()
+    assert "--url" in hint and "HSSTORE_URL" in hint
+    failed("window", "status", env={"HSSTORE_URL": url})
+
+
+def test_debug_shows_the_traceback() -> None:
+    from client import ConnectionFailed
+
+    url = f"http://127.0.0.1:{free_port()}"
+    assert isinstance(invoke("--debug", "jobs", "--url", url).exception, ConnectionFailed)
+    assert isinstance(invoke("jobs", "--url", url, env={"HSSTORE_DEBUG": "1"}).exception, ConnectionFailed)
+
+
+def test_another_server_on_the_port_is_named_as_not_hsstore(html_404_url: str) -> None:
+    first, hint = failed("entries", "--url", html_404_url)
+    assert "404" in first and "text/html" in first and "not as an hsstore service" in first
+    assert "HSSTORE_URL" in hint
+
+
+def test_a_config_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.toml"
+    (line,) = failed("serve", env={"HSSTORE_CONFIG": str(missing)})
+    assert str(missing) in line and "does not exist" in line
+    result = invoke("serve", "--config", str(missing))
+    assert result.exit_code == 2 and "does not exist" in result.output  # click's own usage error
+    broken = tmp_path / "broken.toml"
+    broken.write_text("windows = [\n")
+    (line,) = failed("serve", env={"HSSTORE_CONFIG": str(broken)})
+    assert "not valid TOML" in line
+
+
+@pytest.mark.parametrize("command", ["extract", "warm"])
+def test_jsonl_mistakes_are_named_by_file_and_line_and_nothing_is_sent(
+    command: str, live_url: str, tmp_path: Path, settings: Settings
+) -> None:
+    good = json.dumps({"text": "fine"})
+    cases = {
+        "not JSON": [good, '{"text": "a"'],
+        "got an array": [good, "", "[1, 2]"],
+        "txt: unknown field": [good, json.dumps({"txt": "x"})],
+        "exactly one of messages, text, token_ids": [good, json.dumps({"id": "x"})],
+        "JSON nested too deeply": [good, "[" * 100_000],
+    }
+    for words, lines in cases.items():
+        path = write_jsonl(tmp_path / "bad.jsonl", lines)
+        (line,) = failed(command, str(path), "--url", live_url)
+        assert f"{path}, line {len(lines)}" in line and words in line, line
+    empty = write_jsonl(tmp_path / "empty.jsonl", ["", "  "])
+    (line,) = failed(command, str(empty), "--url", live_url)
+    assert "holds no samples" in line
+    assert json.loads(ok("entries", "--url", live_url, "--json"))["entries"] == []
+    assert json.loads(ok("jobs", "--url", live_url, "--json")) == []
+
+
+def test_a_sample_the_service_refuses_is_named_by_line(live_url: str, tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "p.jsonl", [json.dumps({"text": "ok"}), json.dumps({"token_ids": [1, 10**6]})])
+    (line,) = failed("extract", str(path), "--url", live_url)
+    assert f"{path}, line 2" in line and "vocabulary" in line
+
+
+def test_extract_stopped_midway_says_what_was_stored(live_url: str, tmp_path: Path) -> None:
+    lines = [json.dumps({"text": f"sample {i}"}) for i in range(3)] + [json.dumps({"token_ids": [10**6]})]
+    path = write_jsonl(tmp_path / "p.jsonl", lines)
+    first, hint = failed("extract", str(path), "--url", live_url, "--batch", "2")
+    assert f"{path}, line 4" in first
+    assert "first 2 samples (to line 2) were stored" in hint
+
+
+def test_extract_prints_each_samples_id_and_prompt_hash_and_the_featureset(live_url: str, prompts: Path) -> None:
+    out = ok("extract", str(prompts), "--url", live_url, "--layers", "3,embed,1")
+    featureset = FeatureSet(layers=["embed", 1, 3])
+    assert f"featureset {featureset.id} (layers embed,1,3)" in out
+    for sample in coding_prompts()[:3]:
+        assert f"extracted     {prompt_hash(sample)[:10]}  {sample['id']}" in out
+    records = [json.loads(line) for line in ok("extract", str(prompts), "--url", live_url, "--json").splitlines()]
+    assert [r["prompt_hash"] for r in records] == [prompt_hash(s) for s in coding_prompts()[:3]]
+    assert [r["line"] for r in records] == [1, 2, 3] and {r["status"] for r in records} == {"extracted"}
+
+
+def test_listed_ids_paste_back_and_fit_80_columns(live_url: str, prompts: Path, tmp_path: Path) -> None:
+    ok("extract", str(prompts), "--url", live_url, "--backend", "torch")
+    listing = ok("entries", "--url", live_url)
+    rows = listing.splitlines()
+    assert rows[0].split() == ["PROMPT", "TOKENS", "BACKEND", "FEATURESET", "CONTENT", "CREATED"]
+    assert all(len(row) <= 80 for row in rows), listing
+    page = json.loads(ok("entries", "--url", live_url, "--json"))
+    for row, manifest in zip(rows[1:], page["entries"], strict=True):
+        prompt, _, _, featureset, content, *_ = row.split()
+        assert manifest["prompt_hash"].startswith(prompt) and manifest["featureset_id"] == featureset
+        shown = ok("get", prompt, "--url", live_url, "--featureset", featureset, "--content-hash", content)
+        assert f"content_hash    {manifest['content_hash']} (verified)" in shown
+    prompt = rows[1].split()[0]
+    out_file = tmp_path / "x.safetensors"
+    wrote = ok("get", prompt, "--url", live_url, "--out", str(out_file))
+    assert f"wrote {out_file} ({out_file.stat().st_size:,} bytes" in wrote
+    assert "torch" in ok("compare", prompt, "--url", live_url, "--a", "torch", "--b", "torch")
+    (line,) = failed("get", "abc", "--url", live_url)
+    assert "6 to 64 lowercase hex" in line
+    first, _ = failed("get", "0" * 12, "--url", live_url)
+    assert "no stored entry's prompt hash starts with" in first
+
+
+def test_entries_filters_and_pages(live_url: str, prompts: Path) -> None:
+    ok("extract", str(prompts), "--url", live_url)
+    everything = json.loads(ok("entries", "--url", live_url, "--json"))["entries"]
+    one = everything[1]["prompt_hash"]
+    only = json.loads(ok("entries", "--url", live_url, "--json", "--prompt-hash", one[:8]))["entries"]
+    assert [m["prompt_hash"] for m in only] == [one]
+    assert len(json.loads(ok("entries", "--url", live_url, "--json", "--backend", "torch"))["entries"]) == 3
+    assert json.loads(ok("entries", "--url", live_url, "--json", "--since", "2999-01-01"))["entries"] == []
+    assert len(json.loads(ok("entries", "--url", live_url, "--json", "--since", "1h"))["entries"]) == 3
+    first = invoke("entries", "--url", live_url, "--limit", "2")
+    assert len(first.stdout.splitlines()) == 3 and "more: hsstore entries --cursor" in first.stderr
+    cursor = first.stderr.split("--cursor ")[1].split()[0]
+    rest = ok("entries", "--url", live_url, "--limit", "2", "--cursor", cursor).splitlines()
+    assert len(rest) == 2 and rest[1].split()[0] == everything[2]["prompt_hash"][:10]
+
+
+def test_jobs_print_ids_that_paste_back(live_url: str, prompts: Path) -> None:
+    submitted = ok("warm", str(prompts), "--url", live_url, "--backend", "torch")
+    job_id = submitted.split()[1].rstrip(":")
+    listing = ok("jobs", "--url", live_url).splitlines()
+    assert listing[0].split() == ["JOB", "STATE", "DONE/TOTAL", "FAILED", "TOKENS", "CREATED"]
+    assert all(len(row) <= 80 for row in listing)
+    short = listing[1].split()[0]
+    assert job_id.startswith(short) and "3/3" in listing[1]
+    assert f"job {job_id}: done" in ok("jobs", short, "--url", live_url)
+    assert json.loads(ok("jobs", short, "--url", live_url, "--json"))["id"] == job_id
+    assert invoke("jobs", "--url", live_url, "--cancel", short).exit_code == 0
+    (line, *_) = failed("jobs", "ffffff", "--url", live_url)
+    assert "no job" in line
+
+
+def test_window_close_without_a_schedule_says_the_gpu_is_always_ours(live_url: str) -> None:
+    first, hint = failed("window", "close", "--url", live_url)
+    assert "always" in first and "windows" in hint
+    assert "always open" in ok("window", "status", "--url", live_url)
+
+
+def test_window_status_shows_the_next_scheduled_opening(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    scheduled: FastAPI = create_app(settings.model_copy(update={"windows": ["Sat 03:00-04:00 UTC"]}), tiny_loaded)
+    with LiveServer(scheduled) as url:
+        status = ok("window", "status", "--url", url)
+        assert "next opens" in status and "03:00:00Z" in status
+        assert "OPEN (manual until" in ok("window", "open", "--minutes", "30", "--url", url)
+        assert "window closed; next opens" in ok("window", "close", "--url", url)
+
+
+_NO_TORCH = """
+import sys
+from hsstore.cli import app
+try:
+    app()
+except SystemExit as exit:
+    code = exit.code
+print("torch imported" if "torch" in sys.modules else "no torch", code, file=sys.stderr)
+"""
+
+
+def test_commands_that_need_no_model_do_not_import_torch(live_url: str, prompts: Path) -> None:
+    ok("extract", str(prompts), "--url", live_url)
+    key = prompt_hash(coding_prompts()[0])
+    for command in (["entries"], ["jobs"], ["window", "status"], ["get", key[:10]], ["compare", key, "--a", "torch"]):
+        done = subprocess.run(
+            [sys.executable, "-c", _NO_TORCH, *command, "--url", live_url],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.stderr.strip().endswith("no torch 0"), (command, done.stderr)
