@@ -3,6 +3,7 @@ back verified, and print a table. A second run finds everything stored and print
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -48,6 +49,8 @@ def main() -> None:
 
         console.print(f"building the tiny Qwen3.5 model in {model_dir}")
         build_devmodel(model_dir)
+    prompts = HOME / "prompts.jsonl"  # the same ten samples as a file, for trying the CLI by hand afterwards
+    prompts.write_text("".join(json.dumps(sample) + "\n" for sample in PROMPTS))
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     # As on a shared GPU host: SGLang has the GPU outside a nightly window, so extraction waits for a window.
@@ -93,6 +96,7 @@ def main() -> None:
                 m = features.manifest
                 table.add_row(str(sample["id"]), m.prompt_hash[:16], str(m.num_tokens), m.backend, m.content_hash[:23])
         console.print(table)
+        console.print(f"the ten samples are in {prompts}; README's 'Try it by hand' serves this store again")
     finally:
         server.terminate()
         server.wait(timeout=30)

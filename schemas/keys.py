@@ -31,8 +31,8 @@ def is_model_revision(value: str) -> bool:
 # Listings print ids shortened, as git prints commits; any unique prefix of at least this many hex digits names
 # the same thing again.
 MIN_PREFIX = 6
-_PROMPT_PREFIX = re.compile(r"^[0-9a-f]{%d,64}$" % MIN_PREFIX)
-_CONTENT_PREFIX = re.compile(r"^(?:sha256:)?[0-9a-f]{%d,64}$" % MIN_PREFIX)
+_PROMPT_PREFIX = re.compile(rf"^[0-9a-f]{{{MIN_PREFIX},64}}$")
+_CONTENT_PREFIX = re.compile(rf"^(?:sha256:)?[0-9a-f]{{{MIN_PREFIX},64}}$")
 
 
 def check_prompt_hash_prefix(value: str) -> str:

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -127,19 +128,26 @@ class ServerProcess:
         self.env = {**os.environ, **env, "HSSTORE_PORT": str(port), "HSSTORE_HOST": "127.0.0.1"}
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        # a file, not a pipe: a chatty server never blocks on a full pipe; closed when the object goes
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115
+
+    def output(self) -> str:
+        """Everything the server printed so far (its startup lines, access log and errors)."""
+        self._log.seek(0)
+        return self._log.read().decode()
 
     def start(self, timeout: float = 90) -> ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hsstore.cli", "serve"],
             env=self.env,
             cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                raise RuntimeError(f"server exited: {self.output()[-2000:]}")
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
                     return self

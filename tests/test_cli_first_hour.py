@@ -253,3 +253,26 @@ def test_commands_that_need_no_model_do_not_import_torch(live_url: str, prompts:
             timeout=60,
         )
         assert done.stderr.strip().endswith("no torch 0"), (command, done.stderr)
+
+
+def test_serve_says_where_what_and_who_and_logs_requests(server_process, tiny_model_dir: Path, tmp_path: Path) -> None:
+    server = server_process(
+        {"HSSTORE_MODEL_DIR": str(tiny_model_dir), "HSSTORE_DATA_DIR": str(tmp_path / "d"), "HSSTORE_DEVICE": "cpu"}
+    ).start()
+    ok("entries", "--url", server.url)
+    server.stop()
+    log = server.output()
+    port = server.url.rsplit(":", 1)[1]
+    assert f"listening on http://127.0.0.1:{port}" in log
+    assert f"model: {tiny_model_dir}" in log and "model_revision: sha256:" in log
+    assert "backends this host can run: torch" in log
+    assert f"data dir: {(tmp_path / 'd').resolve()}" in log
+    assert "auth: off" in log and "extraction windows: none" in log
+    assert '"GET /v1/entries?limit=50 HTTP/1.1" 200' in log  # the access log
+
+
+def test_a_replica_without_a_model_says_so(server_process, tmp_path: Path) -> None:
+    server = server_process({"HSSTORE_DATA_DIR": str(tmp_path / "d"), "HSSTORE_TOKENS": '{"t": ["read"]}'}).start()
+    server.stop()
+    log = server.output()
+    assert "read-only replica" in log and "auth: on (1 bearer tokens)" in log

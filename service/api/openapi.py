@@ -26,8 +26,9 @@ _MEANING = {
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """`responses=` for a route: each status it can answer with, all carrying `{"error": {"code", "message"}}`."""
-    return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in (*statuses, 500)}
+    """`responses=` for a route: each status it can answer with, all carrying `{"error": {"code", "message"}}`
+    (422 and 500 always: any parameter can be invalid, and anything can fail)."""
+    return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in sorted({*statuses, 422, 500})}
 
 
 def binary(description: str, media_type: str = "application/octet-stream") -> dict[int | str, dict[str, Any]]:

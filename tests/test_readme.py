@@ -1,0 +1,60 @@
+"""The README's snippets run as written against the demo's store: its shell commands through the CLI, its Python
+through the client (the URL pointed at a live server over the demo's model and samples)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hsstore.cli import app
+from hsstore.demo_prompts import PROMPTS
+from tests.conftest import REPO
+
+README = (REPO / "README.md").read_text()
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+@pytest.fixture
+def demo_store(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """What `make demo` leaves: the ten prompts extracted with the defaults, and .demo/prompts.jsonl."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".demo").mkdir()
+    (tmp_path / ".demo" / "prompts.jsonl").write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    result = CliRunner().invoke(app, ["extract", ".demo/prompts.jsonl", "--url", live_url])
+    assert result.exit_code == 0, result.output
+    return live_url
+
+
+def test_shell_snippets_run_against_the_demo(demo_store: str) -> None:
+    commands = [
+        line.split("#")[0].strip()
+        for block in blocks("bash")
+        for line in block.splitlines()
+        if line.strip().startswith("hsstore ")
+    ]
+    assert len(commands) >= 8
+    runner = CliRunner()
+    for command in commands:
+        result = runner.invoke(app, shlex.split(command)[1:], env={"HSSTORE_URL": demo_store, "COLUMNS": "80"})
+        assert result.exit_code == 0, (command, result.output)
+
+
+def test_python_snippets_run_against_the_demo(demo_store: str) -> None:
+    (snippet,) = [b for b in blocks("python") if "FeatureClient(" in b]
+    exec(compile(snippet.replace("http://127.0.0.1:8000", demo_store), "README.md", "exec"), {})
+
+
+def test_the_sample_examples_are_valid_samples() -> None:
+    from schemas.samples import parse_sample
+
+    (examples,) = [b for b in blocks("json") if '"messages"' in b]
+    for line in examples.splitlines():
+        parse_sample(json.loads(line))
