@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -42,9 +41,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 UrlOption = Annotated[str, typer.Option(envvar="HSSTORE_URL", help="service base URL (or HSSTORE_URL)")]
 TokenOption = Annotated[str | None, typer.Option(envvar="HSSTORE_TOKEN", help="bearer token (or HSSTORE_TOKEN)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (whole ids) instead of columns")]
-SamplesArgument = Annotated[
-    Path, typer.Argument(help="JSONL file, one sample per line", exists=True, dir_okay=False, readable=True)
-]
+# Files are checked by the command itself, so a missing one is a one-line error like every other
+SamplesArgument = Annotated[Path, typer.Argument(help="JSONL file, one sample per line")]
 
 
 @app.callback()
@@ -75,9 +73,7 @@ def _progress(label: str) -> Progress:
 
 @app.command()
 def serve(
-    config: Annotated[
-        Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)", exists=True, dir_okay=False)
-    ] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)")] = None,
     model_dir: Annotated[Path | None, typer.Option(help="model directory (overrides settings)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="store directory (overrides settings)")] = None,
     host: Annotated[str | None, typer.Option()] = None,
@@ -87,16 +83,14 @@ def serve(
     import uvicorn
 
     from service.main import create_app
-    from service.settings import CONFIG_ENV, Settings
+    from service.settings import Settings
 
-    if config is not None:
-        os.environ[CONFIG_ENV] = str(config)
     overrides = {
         k: v
         for k, v in {"model_dir": model_dir, "data_dir": data_dir, "host": host, "port": port}.items()
         if v is not None
     }
-    settings = Settings(**overrides)
+    settings = Settings.load(config, **overrides)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=True)
 

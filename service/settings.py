@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Literal
 
@@ -11,6 +12,10 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 CONFIG_ENV = "HSSTORE_CONFIG"
+
+
+# A config file named on the command line, for the one Settings being built (never the process environment)
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("hsstore_config_file", default=None)
 
 
 class ConfigError(ValueError):
@@ -89,9 +94,18 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        if config := os.environ.get(CONFIG_ENV):
+        if config := _CONFIG_FILE.get() or os.environ.get(CONFIG_ENV):
             sources.append(_toml_source(settings_cls, Path(config)))
         return tuple(sources)
+
+    @classmethod
+    def load(cls, config: Path | None = None, **overrides: object) -> Settings:
+        """Settings from `overrides`, the environment and the TOML file `config` (else the one HSSTORE_CONFIG names)."""
+        token = _CONFIG_FILE.set(config)
+        try:
+            return cls(**overrides)
+        finally:
+            _CONFIG_FILE.reset(token)
 
     @property
     def windows_enforced(self) -> bool:

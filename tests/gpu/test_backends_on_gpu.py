@@ -17,7 +17,7 @@ from client import FeatureClient
 from schemas.featureset import FeatureSet
 from service.main import create_app
 from service.model.devmodel import build_devmodel
-from service.model.fused import FUSED
+from service.model.fused import EAGER, FUSED
 from service.settings import Settings
 from tests.conftest import REPO, LiveServer
 from tests.gpu.marks import needs_gpu_with
@@ -71,7 +71,9 @@ def test_served_layers_equal_hf_hidden_states_on_gpu(gpu_client: FeatureClient, 
 
     featureset = FeatureSet(layers=[0, 1, 2, 3, 4, 5, 6])
     manifest = gpu_client.extract([SAMPLE], featureset=featureset, backend="fla").results[0].manifest
-    assert manifest.fingerprint.elementwise == FUSED  # the fused forwards ran, and still gave HF's bits
+    # whichever the device's probe chose (fused on the H200), the served bits must be HF's; the fused kernels' own
+    # bit-equality on this device is checked in test_fused_on_gpu.py
+    assert manifest.fingerprint.elementwise in (FUSED, EAGER)
     served = gpu_client.get(SAMPLE, featureset=featureset, backend="fla")
     model = AutoModelForCausalLM.from_pretrained(gpu_settings.model_dir, dtype=torch.bfloat16).cuda().eval()
     with torch.inference_mode():
