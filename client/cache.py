@@ -13,11 +13,11 @@ import contextlib
 import fcntl
 import mmap
 import os
-import uuid
 from pathlib import Path
 
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
+from schemas.files import atomic_write
 from schemas.keys import is_content_hash
 
 
@@ -64,11 +64,8 @@ class FeatureCache:
         path = self._path(features.content_hash)
         if path.exists():
             return
-        path.parent.mkdir(exist_ok=True)
-        staging = self.directory / "tmp" / f"{path.name}.{os.getpid()}.{uuid.uuid4().hex}"
-        with staging.open("wb") as handle:
-            handle.write(body)
-        os.replace(staging, path)
+        # a cache: a lost file costs a refetch, and every read is verified, so no fsync
+        atomic_write(path, body, staging_dir=self.directory / "tmp", durable=False)
         self._evict()
 
     def size(self) -> int:

@@ -424,14 +424,14 @@ def audit(
 @app.command("rebuild-catalog")
 def rebuild_catalog(data_dir: Path) -> None:
     """Re-create catalog rows from the manifest documents stored beside the blobs."""
-    from service.catalog.sqlite import SqliteCatalog
-    from service.library import FeatureLibrary
+    from service.main import build_services
     from service.settings import Settings
-    from service.storage.zarr_local import LocalZarrStore
 
-    settings = Settings(data_dir=data_dir)
-    library = FeatureLibrary(LocalZarrStore(data_dir), SqliteCatalog(settings.catalog_path), None)
-    typer.echo(f"{library.rebuild_catalog()} versions re-added")
+    services = build_services(Settings.load(data_dir=data_dir, model_dir=None))
+    try:
+        typer.echo(f"{services.writer.rebuild_catalog()} versions re-added")
+    finally:
+        services.close()
 
 
 if __name__ == "__main__":

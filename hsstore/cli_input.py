@@ -15,6 +15,7 @@ from schemas.featureset import FeatureSet, parse_layers
 from schemas.jsonl import JsonlError, parse_jsonl
 from schemas.keys import check_content_hash_prefix, check_prompt_hash_prefix, is_prompt_hash
 from schemas.samples import InvalidSampleError, parse_sample
+from schemas.timestamps import stamp
 from schemas.validation import describe_errors
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def since_option(since: str | None) -> str | None:
         return None
     if age := re.fullmatch(r"(\d+)([smhd])", since.strip()):
         seconds = int(age[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[age[2]]
-        return (datetime.now(UTC) - timedelta(seconds=seconds)).isoformat()
+        return stamp(datetime.now(UTC) - timedelta(seconds=seconds))
     return since
 
 

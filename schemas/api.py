@@ -6,11 +6,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from schemas.backend import check_backend
 from schemas.featureset import FeatureSet, LayerId
-from schemas.keys import check_content_hash, check_featureset_id, check_model_revision, check_prompt_hash
+from schemas.keys import FeatureKey
 from schemas.manifest import Manifest
 from schemas.samples import SAMPLE_JSON_SCHEMA
+from schemas.states import ExtractStatus, JobState
 from schemas.tokens import TokenRange, parse_token_range
 
 # Samples stay raw JSON objects in request models: their hash is taken over what was sent, and each is validated on
@@ -30,7 +30,7 @@ class ExtractRequest(BaseModel):
 class ExtractResult(BaseModel):
     prompt_hash: str
     sample_id: str | None
-    status: Literal["extracted", "existing", "version_added"]
+    status: ExtractStatus
     manifest: Manifest
 
 
@@ -114,24 +114,18 @@ class AuditReport(BaseModel):
     results: list[AuditResult]
 
 
-class FeatureKey(BaseModel):
-    """One entry (and optionally part of it) in a batch read; omitted key parts must be unambiguous."""
+class BatchItem(FeatureKey):
+    """One entry of a batch read, and optionally part of it: the same key as a single read, the same slice rules."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    prompt_hash: str
-    model_revision: str | None = None
-    backend: str | None = None
-    featureset: str | None = None
-    content_hash: str | None = None
-    layers: list[LayerId] | None = None
+    layers: list[LayerId] | None = Field(default=None, min_length=1, max_length=1024)
     tokens: str | None = Field(default=None, description="half-open token range a:b")
 
-    _prompt_hash = field_validator("prompt_hash")(lambda value: check_prompt_hash(value))
-    _content_hash = field_validator("content_hash")(lambda value: check_content_hash(value))
-    _model_revision = field_validator("model_revision")(lambda value: check_model_revision(value))
-    _featureset = field_validator("featureset")(lambda value: check_featureset_id(value))
-    _backend = field_validator("backend")(lambda value: check_backend(value))
+    @field_validator("layers")
+    @classmethod
+    def _unique(cls, value: list[LayerId] | None) -> list[LayerId] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("layers names a layer twice")
+        return value
 
     @field_validator("tokens")
     @classmethod
@@ -140,6 +134,10 @@ class FeatureKey(BaseModel):
             parse_token_range(value)
         return value
 
+    @property
+    def key(self) -> FeatureKey:
+        return FeatureKey(**self.model_dump(exclude={"layers", "tokens"}))
+
     def token_range(self) -> TokenRange | None:
         return parse_token_range(self.tokens) if self.tokens is not None else None
 
@@ -147,7 +145,7 @@ class FeatureKey(BaseModel):
 class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    keys: list[FeatureKey] = Field(min_length=1, max_length=1024)
+    keys: list[BatchItem] = Field(min_length=1, max_length=1024)
 
 
 class JobRequest(BaseModel):
@@ -190,7 +188,7 @@ class JobError(BaseModel):
 
 class JobStatus(BaseModel):
     id: str
-    state: str  # queued | running | done | failed | cancelled
+    state: JobState
     priority: int
     run_now: bool
     backends: list[str]

@@ -6,6 +6,10 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.backend import check_backend
+
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 FEATURESET_ID = re.compile(r"^[0-9a-f]{16}$")
 CONTENT_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -103,3 +107,57 @@ def version_name(key: EntryKey, content_hash: str) -> str:
     """A stable file name for one version's manifest document."""
     joined = "|".join((key.prompt_hash, key.model_revision, key.backend, key.featureset_id, content_hash))
     return hashlib.sha256(joined.encode()).hexdigest()
+
+
+class FeatureKey(BaseModel):
+    """Which entry a reader means: its prompt hash, plus the key parts that narrow it (a part left out must leave one
+    entry), plus optionally a pinned version. One type for the client, the routes and the core; its JSON form is the
+    model's, its query-string form `params()` (the prompt hash goes in the path)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    prompt_hash: str
+    model_revision: str | None = None
+    backend: str | None = None
+    featureset: str | None = Field(default=None, description="featureset id (16 hex)")
+    content_hash: str | None = Field(default=None, description="pin one version")
+
+    _prompt_hash = field_validator("prompt_hash")(lambda value: check_prompt_hash(value))
+    _model_revision = field_validator("model_revision")(lambda value: check_model_revision(value))
+    _featureset = field_validator("featureset")(lambda value: check_featureset_id(value))
+    _content_hash = field_validator("content_hash")(lambda value: check_content_hash(value))
+    _backend = field_validator("backend")(lambda value: check_backend(value))
+
+    def params(self) -> dict[str, str]:
+        """The query-string form of everything but the prompt hash."""
+        return {name: value for name in _NARROWING if (value := getattr(self, name)) is not None}
+
+    def narrowing(self) -> str:
+        """The parts given besides the prompt hash, for messages."""
+        return ", ".join(f"{k}={v}" for k, v in self.params().items()) or "no other key part"
+
+
+_NARROWING = ("model_revision", "backend", "featureset", "content_hash")
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFilter:
+    """Which versions a listing shows (`GET /v1/entries`, the catalog's `find`): every part optional; `prompt_hash`
+    and `content_hash` match as prefixes (a whole hash is its own prefix), `since` is a catalog timestamp."""
+
+    prompt_hash: str | None = None
+    model_revision: str | None = None
+    backend: str | None = None
+    featureset: str | None = None
+    content_hash: str | None = None
+    since: str | None = None
+
+    @classmethod
+    def of_key(cls, key: FeatureKey) -> EntryFilter:
+        return cls(key.prompt_hash, key.model_revision, key.backend, key.featureset, key.content_hash)
+
+    def params(self) -> dict[str, str]:
+        return {name: value for name in _FILTERS if (value := getattr(self, name)) is not None}
+
+
+_FILTERS = ("prompt_hash", "model_revision", "backend", "featureset", "content_hash", "since")

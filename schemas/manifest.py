@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from schemas.backend import Fingerprint
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryKey
+from schemas.states import AuditStatus, CompletionSource
 
 SCHEMA_VERSION = 1
 
@@ -36,7 +37,7 @@ class AuditRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    status: str  # "reproduced" | "mismatch"
+    status: AuditStatus
     audited_at: str
     reproduced_hash: str
     fingerprint: Fingerprint
@@ -57,7 +58,7 @@ class Manifest(BaseModel):
     num_tokens: int
     prompt_tokens: int
     completion_tokens: int
-    completion_source: str | None = None
+    completion_source: CompletionSource | None = None
     tensors: dict[str, TensorInfo]
     layer_stats: list[LayerStats]
     fingerprint: Fingerprint

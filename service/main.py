@@ -1,10 +1,12 @@
-"""The app factory: one app per settings object, so tests build one per temporary store."""
+"""The composition root: builds every service once from one settings object and hands each what it needs; the app
+factory makes one app per object graph, so tests build one per temporary store."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from fastapi import FastAPI
 
@@ -12,21 +14,27 @@ from service import __version__
 from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
+from service.api.deps import PROVIDED
 from service.api.routes import audit, compare, entries, extract, features, health, info, jobs, window
-from service.catalog.sqlite import SqliteCatalog
+from service.catalog import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog
+from service.core.auditor import Auditor
+from service.core.gate import ExtractionGate
+from service.core.prepare import RequestPreparer
+from service.core.reader import FeatureReader
+from service.core.windows import Windows
+from service.core.writer import FeatureWriter
 from service.errors import HsstoreError
 from service.extraction.extractor import Extractor
-from service.handover import CommandHandover, GpuHandover, HandoverLedger, MemorySaverHandover, NoHandover
+from service.host.handover import CommandHandover, GpuHandover, HandoverLedger, MemorySaverHandover, NoHandover
+from service.host.sglang import SGLangClient
 from service.jobs.queue import JobQueue
 from service.jobs.runner import JobRunner
-from service.library import FeatureLibrary
+from service.metrics import Metrics
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
 from service.model.revision_cache import cached_model_revision
 from service.settings import Settings
-from service.sglang import SGLangClient
 from service.storage.zarr_local import LocalZarrStore
-from service.windows import Windows
 
 log = logging.getLogger("hsstore")
 
@@ -50,7 +58,7 @@ def make_handover(settings: Settings) -> GpuHandover:
 
 def build_models(
     settings: Settings, loaded: LoadedModel | None = None, on_event: Callable[[str], None] | None = None
-) -> ModelManager | None:
+) -> ModelManager[Extractor] | None:
     if loaded is None and settings.model_dir is None:
         return None
     if loaded is not None:
@@ -79,28 +87,75 @@ def build_models(
     )
 
 
-def build_library(
+@dataclass
+class Services:
+    """The object graph: each service built once, each handed only what it needs."""
+
+    settings: Settings
+    database: SqliteDatabase
+    store: LocalZarrStore
+    versions: SqliteVersionCatalog
+    jobs: SqliteJobStore
+    windows: Windows
+    models: ModelManager[Extractor] | None
+    gate: ExtractionGate
+    preparer: RequestPreparer
+    metrics: Metrics
+    reader: FeatureReader
+    writer: FeatureWriter
+    auditor: Auditor
+    queue: JobQueue
+    runner: JobRunner | None
+
+    def close(self) -> None:
+        self.writer.close()
+        self.database.close()
+
+
+def build_services(
     settings: Settings, loaded: LoadedModel | None = None, on_event: Callable[[str], None] | None = None
-) -> FeatureLibrary:
-    store = LocalZarrStore(settings.data_dir, settings.chunk_tokens, settings.write_pause_s)
-    catalog = SqliteCatalog(settings.catalog_path)
-    return FeatureLibrary(
-        store,
-        catalog,
-        build_models(settings, loaded, on_event),
-        Windows(settings.windows, catalog, settings.windows_enforced, settings.window_margin_s),
-        default_backend=settings.default_backend,
-        max_sample_tokens=settings.max_sample_tokens,
-        writer_threads=settings.writer_threads,
-        verify_reads=settings.verify_reads,
+) -> Services:
+    database = SqliteDatabase(settings.catalog_path)
+    store = LocalZarrStore(settings.data_dir, settings.chunk_tokens)
+    versions, job_store = SqliteVersionCatalog(database), SqliteJobStore(database)
+    windows = Windows(settings.windows, SqliteKeyValue(database), settings.windows_enforced, settings.window_margin_s)
+    models = build_models(settings, loaded, on_event)
+    gate = ExtractionGate(models, windows)
+    preparer = RequestPreparer(settings.default_backend, settings.max_sample_tokens)
+    metrics = Metrics()
+    reader = FeatureReader(store, versions, settings.verify_reads)
+    writer = FeatureWriter(store, versions, gate, preparer, metrics, settings.writer_threads)
+    runner = None
+    if models is not None:
+        sglang = SGLangClient(settings.sglang_url) if settings.sglang_url else None
+        runner = JobRunner(
+            writer, job_store, models, windows, preparer, sglang, batch_size=settings.job_batch_size, on_event=on_event
+        )
+    return Services(
+        settings=settings,
+        database=database,
+        store=store,
+        versions=versions,
+        jobs=job_store,
+        windows=windows,
+        models=models,
+        gate=gate,
+        preparer=preparer,
+        metrics=metrics,
+        reader=reader,
+        writer=writer,
+        auditor=Auditor(reader, writer, versions, gate, preparer),
+        queue=JobQueue(job_store, gate, preparer),
+        runner=runner,
     )
 
 
-def startup_lines(settings: Settings, library: FeatureLibrary) -> list[str]:
+def startup_lines(services: Services) -> list[str]:
     """What an operator needs to see when the service starts: where, which model, what it can run, where it
     keeps data, whether anyone can call it."""
+    settings = services.settings
     lines = [f"hsstore {__version__} listening on http://{settings.host}:{settings.port} (API docs at /docs)"]
-    models = library.models
+    models = services.models
     if models is None:
         lines.append("model: none: a read-only replica, serving stored features only")
     else:
@@ -118,7 +173,7 @@ def startup_lines(settings: Settings, library: FeatureLibrary) -> list[str]:
         lines.append(f"auth: on ({len(settings.tokens)} bearer tokens)")
     else:
         lines.append("auth: off (no tokens configured: whoever reaches this port can read and write)")
-    if library.windows is not None and library.windows.enforced:
+    if services.windows.enforced:
         schedule = "; ".join(settings.windows) or "manual only"
         lines.append(f"extraction windows: {schedule}; hand-over: {settings.handover}")
     else:
@@ -131,38 +186,24 @@ def create_app(
     loaded: LoadedModel | None = None,
     on_event: Callable[[str], None] | None = None,
 ) -> FastAPI:
-    settings = settings or Settings()
-    library = build_library(settings, loaded, on_event)
-    catalog = library.catalog
-    runner = None
-    if library.models is not None and library.windows is not None:
-        sglang = SGLangClient(settings.sglang_url) if settings.sglang_url else None
-        runner = JobRunner(
-            library,
-            catalog,
-            library.models,
-            library.windows,
-            sglang,
-            batch_size=settings.job_batch_size,
-            on_event=on_event,
-        )
+    services = build_services(settings or Settings(), loaded, on_event)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        for line in startup_lines(settings, library):
+        for line in startup_lines(services):
             log.info("%s", line)
-        if library.models is not None:
-            library.models.recover()  # a previous process may have died holding SGLang's GPU
-        if runner is not None:
-            runner.start()
+        if services.models is not None:
+            services.models.recover()  # a previous process may have died holding SGLang's GPU
+        if services.runner is not None:
+            services.runner.start()
         try:
             yield
         finally:
-            if runner is not None:
-                runner.stop()
-            if library.models is not None:
-                library.models.unload()
-            library.close()
+            if services.runner is not None:
+                services.runner.stop()
+            if services.models is not None:
+                services.models.unload()
+            services.close()
 
     app = FastAPI(
         title="hsstore",
@@ -172,15 +213,14 @@ def create_app(
         docs_url=None,  # served from local assets below: GPU hosts have no internet
         redoc_url=None,
     )
-    app.state.settings = settings
-    app.state.library = library
-    app.state.metrics = library.metrics
-    app.state.jobs = JobQueue(library, catalog)
+    for name in PROVIDED:  # what the routes' dependencies (service/api/deps.py) take
+        setattr(app.state, name, getattr(services, name))
     error_handlers.install(app)
     openapi.mount_docs(app)
     for module in (health, info, extract, features, entries, compare, audit, jobs, window, metrics_api):
         app.include_router(module.router)
-    app.add_middleware(metrics_api.MetricsMiddleware, metrics=library.metrics)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes, overrides={"/v1/jobs": settings.max_job_bytes})
+    app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
+    limits = {"/v1/jobs": services.settings.max_job_bytes}
+    app.add_middleware(BodyLimit, max_bytes=services.settings.max_request_bytes, overrides=limits)
     app.add_middleware(error_handlers.CatchAll)  # outermost: whatever escapes still answers with the envelope
     return app

@@ -81,8 +81,6 @@ class Settings(BaseSettings):
     job_batch_size: int = Field(default=8, ge=1)
     max_job_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="largest JSONL job upload")
 
-    # Fault injection for the crash-consistency tests: sleep this long after the first array of a blob is written.
-    write_pause_s: float = Field(default=0.0, ge=0.0)
 
     @classmethod
     def settings_customise_sources(
@@ -115,10 +113,6 @@ class Settings(BaseSettings):
     @property
     def preload(self) -> bool:
         return self.load_on_start if self.load_on_start is not None else not self.windows_enforced
-
-    @property
-    def blob_dir(self) -> Path:
-        return self.data_dir / "blobs"
 
     @property
     def catalog_path(self) -> Path:

@@ -22,9 +22,10 @@ from fastapi.testclient import TestClient
 from client import FeatureClient
 from service.main import create_app
 from service.model.devmodel import build_devmodel
-from service.model.loader import LoadedModel, load_model
+from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.revision_cache import cached_model_revision
 from service.settings import Settings
+from tests.slow_writes import PAUSE_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,6 +40,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def load_model(model_dir: Path, revision: str, device: str = "cpu") -> LoadedModel:
+    """Spec and weights at once, as the service does them in two steps."""
+    return load_weights(load_spec(model_dir, revision, device))
 
 
 @pytest.fixture(scope="session")
@@ -124,8 +130,9 @@ def free_port() -> int:
 class ServerProcess:
     """`hsstore serve` in its own process, for tests that kill it."""
 
-    def __init__(self, env: dict[str, str], port: int) -> None:
+    def __init__(self, env: dict[str, str], port: int, module: str = "hsstore.cli") -> None:
         self.env = {**os.environ, **env, "HSSTORE_PORT": str(port), "HSSTORE_HOST": "127.0.0.1"}
+        self.module = module  # tests.slow_writes: the same server with slow blob writes
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
         # a file, not a pipe: a chatty server never blocks on a full pipe; closed when the object goes
@@ -138,7 +145,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 90) -> ServerProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hsstore.cli", "serve"],
+            [sys.executable, "-m", self.module, "serve"],
             env=self.env,
             cwd=REPO,
             stdout=self._log,
@@ -171,11 +178,14 @@ class ServerProcess:
 
 
 @pytest.fixture
-def server_process() -> Iterator[Callable[[dict[str, str]], ServerProcess]]:
+def server_process() -> Iterator[Callable[..., ServerProcess]]:
+    """`server_process(env, write_pause_s=0)`: an `hsstore serve` process, stopped after the test."""
     started: list[ServerProcess] = []
 
-    def make(env: dict[str, str]) -> ServerProcess:
-        process = ServerProcess(env, free_port())
+    def make(env: dict[str, str], write_pause_s: float = 0.0) -> ServerProcess:
+        if write_pause_s:
+            env = {**env, PAUSE_ENV: str(write_pause_s)}
+        process = ServerProcess(env, free_port(), "tests.slow_writes" if write_pause_s else "hsstore.cli")
         started.append(process)
         return process
 

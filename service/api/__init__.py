@@ -1,1 +1,1 @@
-"""HTTP layer: thin routes over the library, one dependency module, one error mapping."""
+"""HTTP layer: thin routes over the core services, one dependency module, one error mapping."""

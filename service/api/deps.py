@@ -1,41 +1,84 @@
-"""Dependency providers and their `Annotated` aliases: a route's signature says what it needs."""
+"""Dependency providers and their `Annotated` aliases: a route's signature says which service it needs. Every
+service comes from the object graph the composition root (`service/main.py`) built and put on the app's state."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
 
+from service.catalog.protocol import VersionCatalog
+from service.core.auditor import Auditor
+from service.core.gate import ExtractionGate
+from service.core.reader import FeatureReader
+from service.core.windows import Windows
+from service.core.writer import FeatureWriter
 from service.errors import Forbidden, Unauthorized
 from service.jobs.queue import JobQueue
-from service.library import FeatureLibrary
 from service.settings import Settings
-from service.windows import Windows
+from service.storage.protocol import BlobStore
+
+# what the composition root puts on `app.state`, by name
+PROVIDED = ("settings", "store", "versions", "windows", "gate", "reader", "writer", "auditor", "queue", "metrics")
 
 
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_library(request: Request) -> FeatureLibrary:
-    return request.app.state.library
+def get_store(request: Request) -> BlobStore:
+    return request.app.state.store
 
 
-def get_jobs(request: Request) -> JobQueue:
-    return request.app.state.jobs
+def get_versions(request: Request) -> VersionCatalog:
+    return request.app.state.versions
 
 
 def get_windows(request: Request) -> Windows:
-    windows = request.app.state.library.windows
-    assert windows is not None
-    return windows
+    return request.app.state.windows
+
+
+def get_gate(request: Request) -> ExtractionGate:
+    return request.app.state.gate
+
+
+def get_reader(request: Request) -> FeatureReader:
+    return request.app.state.reader
+
+
+def get_writer(request: Request) -> FeatureWriter:
+    return request.app.state.writer
+
+
+def get_auditor(request: Request) -> Auditor:
+    return request.app.state.auditor
+
+
+def get_queue(request: Request) -> JobQueue:
+    return request.app.state.queue
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-LibraryDep = Annotated[FeatureLibrary, Depends(get_library)]
-JobsDep = Annotated[JobQueue, Depends(get_jobs)]
+StoreDep = Annotated[BlobStore, Depends(get_store)]
+VersionsDep = Annotated[VersionCatalog, Depends(get_versions)]
 WindowsDep = Annotated[Windows, Depends(get_windows)]
+GateDep = Annotated[ExtractionGate, Depends(get_gate)]
+ReaderDep = Annotated[FeatureReader, Depends(get_reader)]
+WriterDep = Annotated[FeatureWriter, Depends(get_writer)]
+AuditorDep = Annotated[Auditor, Depends(get_auditor)]
+JobsDep = Annotated[JobQueue, Depends(get_queue)]
+
+
+def _token_scopes(settings: Settings, token: str) -> list[str] | None:
+    """The scopes of a presented token, compared in constant time against every configured one."""
+    found = None
+    for configured, scopes in settings.tokens.items():
+        if hmac.compare_digest(hashlib.sha256(configured.encode()).digest(), hashlib.sha256(token.encode()).digest()):
+            found = scopes
+    return found
 
 
 def Scope(scope: str) -> Callable[[Request, Settings], None]:
@@ -48,7 +91,7 @@ def Scope(scope: str) -> Callable[[Request, Settings], None]:
         kind, _, token = header.partition(" ")
         if kind.lower() != "bearer" or not token:
             raise Unauthorized("a bearer token is required")
-        scopes = settings.tokens.get(token.strip())
+        scopes = _token_scopes(settings, token.strip())
         if scopes is None:
             raise Unauthorized("unknown bearer token")
         if scope not in scopes and "admin" not in scopes:

@@ -1,4 +1,4 @@
-"""Query parameters of the feature routes, parsed and validated once into a typed query."""
+"""Query parameters of the feature routes, parsed and validated once into the contract's types."""
 
 from __future__ import annotations
 
@@ -7,30 +7,24 @@ from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Path, Query
+from pydantic import ValidationError
 
 from schemas import backend as backend_names
 from schemas import keys
 from schemas.featureset import LayerId, parse_layers
+from schemas.keys import FeatureKey
 from schemas.tokens import TokenRange, parse_token_range
+from schemas.validation import describe_errors
 from service.errors import InvalidRequest
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
-class KeyQuery:
-    """The parts of an entry key a reader names; what is left out must be unambiguous."""
-
-    prompt_hash: str
-    model_revision: str | None
-    backend: str | None
-    featureset_id: str | None
-    content_hash: str | None
-
-
-@dataclass(frozen=True, slots=True)
 class FeatureQuery:
-    key: KeyQuery
+    """A read: which entry, and which part of it."""
+
+    key: FeatureKey
     layers: list[LayerId] | None
     tokens: TokenRange | None
 
@@ -45,16 +39,8 @@ def checked(check: Callable[[T], T], value: T | None) -> T | None:
         raise InvalidRequest(str(exc)) from None
 
 
-def check_prompt_hash(value: str) -> str:
-    return checked(keys.check_prompt_hash, value)
-
-
 def check_backend(value: str | None) -> str | None:
     return checked(backend_names.check_backend, value)
-
-
-def check_model_revision(value: str | None) -> str | None:
-    return checked(keys.check_model_revision, value)
 
 
 def check_featureset(value: str | None) -> str | None:
@@ -62,43 +48,31 @@ def check_featureset(value: str | None) -> str | None:
 
 
 def key_query(
-    prompt_hash: Annotated[str, Path()],
+    prompt_hash: Annotated[str, Path(description="sha256 of the sample's canonical JSON (64 hex)")],
     model_revision: str | None = None,
     backend: str | None = None,
-    featureset: str | None = None,
-    content_hash: str | None = None,
-) -> KeyQuery:
-    checked(keys.check_content_hash, content_hash)
-    return KeyQuery(
-        check_prompt_hash(prompt_hash),
-        check_model_revision(model_revision),
-        check_backend(backend),
-        check_featureset(featureset),
-        content_hash,
-    )
+    featureset: Annotated[str | None, Query(description="featureset id (16 hex)")] = None,
+    content_hash: Annotated[str | None, Query(description="pin one version")] = None,
+) -> FeatureKey:
+    try:
+        return FeatureKey(
+            prompt_hash=prompt_hash,
+            model_revision=model_revision,
+            backend=backend,
+            featureset=featureset,
+            content_hash=content_hash,
+        )
+    except ValidationError as exc:
+        raise InvalidRequest(describe_errors(exc.errors(include_url=False, include_input=False))) from None
 
 
 def feature_query(
-    key: Annotated[KeyQuery, Depends(key_query)],
+    key: Annotated[FeatureKey, Depends(key_query)],
     layers: Annotated[str | None, Query(description="comma-separated layer ids: 1,16,embed,final_norm")] = None,
-    tokens: Annotated[str | None, Query(description="half-open token range a:b")] = None,
+    tokens: Annotated[str | None, Query(description="half-open token range a:b, clipped to the entry")] = None,
 ) -> FeatureQuery:
-    parsed_layers: list[LayerId] | None = None
-    if layers is not None:
-        try:
-            parsed_layers = parse_layers(layers)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
-        if len(set(parsed_layers)) != len(parsed_layers):
-            raise InvalidRequest("layers names a layer twice")
-    parsed_tokens: TokenRange | None = None
-    if tokens is not None:
-        try:
-            parsed_tokens = parse_token_range(tokens)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
-    return FeatureQuery(key, parsed_layers, parsed_tokens)
+    return FeatureQuery(key, checked(parse_layers, layers), checked(parse_token_range, tokens))
 
 
-KeyQueryDep = Annotated[KeyQuery, Depends(key_query)]
+KeyQueryDep = Annotated[FeatureKey, Depends(key_query)]
 FeatureQueryDep = Annotated[FeatureQuery, Depends(feature_query)]

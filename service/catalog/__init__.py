@@ -1,6 +1,14 @@
-"""The catalog: entry keys -> versions, behind one protocol."""
+"""The catalog: entry versions, warm jobs and a key/value table, each behind its own narrow protocol."""
 
-from service.catalog.protocol import Catalog, EntryFilter
-from service.catalog.sqlite import SqliteCatalog
+from service.catalog.protocol import JobStore, KeyValue, VersionCatalog
+from service.catalog.sqlite import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog
 
-__all__ = ["Catalog", "EntryFilter", "SqliteCatalog"]
+__all__ = [
+    "JobStore",
+    "KeyValue",
+    "SqliteDatabase",
+    "SqliteJobStore",
+    "SqliteKeyValue",
+    "SqliteVersionCatalog",
+    "VersionCatalog",
+]

@@ -1,28 +1,19 @@
-"""What a catalog does; SQLite today, Postgres for several hosts, both checked by one test suite."""
+"""What a catalog does, as three narrow protocols: versions of entries, warm jobs, and a small key/value table.
+SQLite implements each today and Postgres will; `service/catalog/testing.py` holds the suite each must pass."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
-from schemas.keys import EntryKey
+from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, Manifest
-from service.catalog.jobs import JobItem, JobRecord
+from schemas.states import ItemState, JobState
+from service.catalog.job_records import JobItem, JobRecord, NewItem
 
 
-@dataclass(frozen=True, slots=True)
-class EntryFilter:
-    """Versions to find; `prompt_hash` and `content_hash` match as prefixes (a whole hash is its own prefix)."""
+class VersionCatalog(Protocol):
+    """Entry keys -> versions, with the manifest of each."""
 
-    prompt_hash: str | None = None
-    model_revision: str | None = None
-    backend: str | None = None
-    featureset_id: str | None = None
-    content_hash: str | None = None
-    since: str | None = None  # ISO-8601 timestamp: versions created at or after it
-
-
-class Catalog(Protocol):
     def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
         """Record a version; returns the stored manifest (with `seq`) and whether it was new."""
 
@@ -35,28 +26,36 @@ class Catalog(Protocol):
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
         """Attach the outcome of re-extracting one version; it shows in that version's manifest."""
 
-    # Window overrides and jobs live in the catalog too, so every replica sees the same ones.
-    def kv_get(self, name: str) -> str | None: ...
+    def count(self) -> int: ...
 
-    def kv_set(self, name: str, value: str | None) -> None: ...
+    def ping(self) -> None:
+        """Raise if the catalog cannot be reached."""
 
-    def create_job(self, job: JobRecord, items: list[tuple[int, str, dict, str, int | None]]) -> None: ...
+
+class JobStore(Protocol):
+    """Warm jobs and their items (one per sample and backend), so a restart resumes where the last process stopped."""
+
+    def create_job(self, job: JobRecord, items: list[NewItem]) -> None:
+        """The job and all its items, in one transaction."""
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
 
     def job_ids_starting(self, prefix: str, limit: int = 2) -> list[str]:
         """Ids of jobs that start with `prefix` (at most `limit`)."""
 
-    def list_jobs(self, limit: int = 100) -> list[JobRecord]: ...
+    def list_jobs(self, limit: int = 100) -> list[JobRecord]:
+        """Newest first."""
 
-    def job_counts(self, job_id: str) -> dict[str, int]: ...
+    def job_counts(self, job_id: str) -> dict[str, int]:
+        """Items per state, plus `completions_fetched`."""
 
-    def job_errors(self, job_id: str, limit: int = 100) -> list[tuple[int, str, str, str]]: ...
+    def job_errors(self, job_id: str, limit: int = 100) -> list[tuple[int, str, str, str]]:
+        """(index, backend, prompt_hash, error) of failed items."""
 
     def set_job_state(
         self,
         job_id: str,
-        state: str,
+        state: JobState,
         started_at: str | None = None,
         finished_at: str | None = None,
         error: str | None = None,
@@ -64,19 +63,22 @@ class Catalog(Protocol):
 
     def add_job_work(self, job_id: str, tokens: int, busy_s: float) -> None: ...
 
-    def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]: ...
+    def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]:
+        """Jobs with work left, highest priority first, then oldest; run-now jobs only unless a window is open."""
 
     def pending_items(self, job_id: str, limit: int, needing_completion: bool = False) -> list[JobItem]: ...
 
     def finish_item(
-        self, item: JobItem, state: str, content_hash: str | None = None, error: str | None = None
+        self, item: JobItem, state: ItemState, content_hash: str | None = None, error: str | None = None
     ) -> None: ...
 
-    def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None: ...
+    def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
+        """A reference completion for sample `index` of a job, shared by all its backends."""
 
-    def count(self) -> int: ...
 
-    def ping(self) -> None:
-        """Raise if the catalog cannot be reached."""
+class KeyValue(Protocol):
+    """Small shared settings every replica must see alike (the windows' manual overrides)."""
 
-    def close(self) -> None: ...
+    def kv_get(self, name: str) -> str | None: ...
+
+    def kv_set(self, name: str, value: str | None) -> None: ...

@@ -22,9 +22,9 @@ from schemas.manifest import LayerStats
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
 from service.extraction.batching import describe, plan_batches
-from service.extraction.encode import EncodedPrompt
 from service.extraction.lean_forward import capture, chunked_argmax
 from service.extraction.stats import layer_stats, layer_summary
+from service.model.encode import EncodedPrompt
 from service.model.fused import EAGER, FUSED, FusedForwards
 from service.model.kernels import version_of
 from service.model.loader import LoadedModel

@@ -11,14 +11,17 @@ from collections.abc import Callable
 
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
-from schemas.samples import parse_sample
-from service.catalog.jobs import JobItem, JobRecord
-from service.catalog.protocol import Catalog
+from schemas.states import CompletionSource, ExtractStatus, ItemState, JobState
+from schemas.timestamps import utc_now
+from service.catalog.job_records import JobItem, JobRecord
+from service.catalog.protocol import JobStore
+from service.core.prepare import RequestPreparer
+from service.core.windows import Windows
+from service.core.writer import FeatureWriter
 from service.errors import BackendUnavailable, InvalidRequest, NonFiniteFeatures, TooLarge
-from service.library import FeatureLibrary, now
+from service.extraction.extractor import Extractor
+from service.host.sglang import SGLangClient
 from service.model.manager import ModelManager
-from service.sglang import SGLangClient
-from service.windows import Windows
 
 log = logging.getLogger("hsstore.jobs")
 # Errors that belong to one sample: the sample fails, the job goes on. Anything else is the host's trouble.
@@ -29,20 +32,22 @@ MAX_HOST_FAILURES = 3
 class JobRunner:
     def __init__(
         self,
-        library: FeatureLibrary,
-        catalog: Catalog,
-        models: ModelManager,
+        writer: FeatureWriter,
+        jobs: JobStore,
+        models: ModelManager[Extractor],
         windows: Windows,
+        preparer: RequestPreparer,
         sglang: SGLangClient | None = None,
         *,
         batch_size: int = 8,
         poll_s: float = 0.25,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
-        self.library = library
-        self.catalog = catalog
+        self.writer = writer
+        self.jobs = jobs
         self.models = models
         self.windows = windows
+        self.preparer = preparer
         self.sglang = sglang
         self.batch_size = batch_size
         self.poll_s = poll_s
@@ -73,7 +78,7 @@ class JobRunner:
     def step(self) -> bool:
         """One unit of work; False when there was nothing to do."""
         usable = self.windows.usable()
-        jobs = self.catalog.runnable_jobs(include_windowed=usable)
+        jobs = self.jobs.runnable_jobs(include_windowed=usable)
         if not jobs:
             if self.models.loaded and not usable:
                 self.models.unload()  # window over: the GPU goes back now, at a batch boundary
@@ -87,14 +92,14 @@ class JobRunner:
         return True
 
     def _run_batch(self, job: JobRecord) -> None:
-        items = self.catalog.pending_items(job.id, self.batch_size)
+        items = self.jobs.pending_items(job.id, self.batch_size)
         if not items:
             self._finish(job)
             return
         backend = items[0].backend
         items = [item for item in items if item.backend == backend]
-        if job.state == "queued":
-            self.catalog.set_job_state(job.id, "running", started_at=now())
+        if job.state == JobState.QUEUED:
+            self.jobs.set_job_state(job.id, JobState.RUNNING, started_at=utc_now())
         featureset = FeatureSet.model_validate(job.featureset)
         started = time.monotonic()
         try:
@@ -107,23 +112,26 @@ class JobRunner:
         tokens = 0
         for item, outcome in outcomes:
             if isinstance(outcome, str):
-                self.catalog.finish_item(item, "failed", error=outcome)
+                self.jobs.finish_item(item, ItemState.FAILED, error=outcome)
             else:
-                self.catalog.finish_item(item, "done", content_hash=outcome.manifest.content_hash)
-                tokens += outcome.manifest.num_tokens if outcome.status != "existing" else 0
-        self.catalog.add_job_work(job.id, tokens, time.monotonic() - started)
-        if not self.catalog.pending_items(job.id, 1):
+                self.jobs.finish_item(item, ItemState.DONE, content_hash=outcome.manifest.content_hash)
+                tokens += outcome.manifest.num_tokens if outcome.status != ExtractStatus.EXISTING else 0
+        self.jobs.add_job_work(job.id, tokens, time.monotonic() - started)
+        if not self.jobs.pending_items(job.id, 1):
             self._finish(job)
 
     def _extract(self, items: list[JobItem], featureset: FeatureSet, backend: str) -> list[tuple[JobItem, object]]:
         def run(batch: list[JobItem]) -> list:
             completions = {
-                position: (item.completion_ids, item.completion_source or "greedy:sglang")
+                position: (
+                    item.completion_ids,
+                    CompletionSource(item.completion_source or CompletionSource.GREEDY_SGLANG),
+                )
                 for position, item in enumerate(batch)
                 if item.completion_ids is not None
             }
             request = ExtractRequest(samples=[i.sample for i in batch], featureset=featureset, backend=backend)
-            return self.library.extract(request, run_now=True, completions=completions).results
+            return self.writer.extract(request, run_now=True, completions=completions).results
 
         try:
             return list(zip(items, run(items), strict=True))
@@ -143,36 +151,37 @@ class JobRunner:
         failures = self._host_failures.get(job.id, 0) + 1
         self._host_failures[job.id] = failures
         if failures >= MAX_HOST_FAILURES:
-            self.catalog.set_job_state(job.id, "failed", finished_at=now(), error=f"{type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
+            self.jobs.set_job_state(job.id, JobState.FAILED, finished_at=utc_now(), error=error)
             self._host_failures.pop(job.id, None)
         self._stop.wait(min(30.0, self.poll_s * 4 * failures))
 
     def _finish(self, job: JobRecord) -> None:
-        current = self.catalog.get_job(job.id)
-        if current is not None and current.state in ("queued", "running"):
-            self.catalog.set_job_state(job.id, "done", finished_at=now())
+        current = self.jobs.get_job(job.id)
+        if current is not None and current.state.active:
+            self.jobs.set_job_state(job.id, JobState.DONE, finished_at=utc_now())
         self._emit("job_done")
 
     def _prefetch_completions(self, only: JobRecord | None = None) -> bool:
         """Fetch greedy completions from SGLang for pending samples that ask for them; True if any were fetched."""
         if self.sglang is None:
             return False
-        jobs = [only] if only is not None else self.catalog.runnable_jobs(include_windowed=True)
+        jobs = [only] if only is not None else self.jobs.runnable_jobs(include_windowed=True)
         for job in jobs:
-            items = self.catalog.pending_items(job.id, self.batch_size * 4, needing_completion=True)
+            items = self.jobs.pending_items(job.id, self.batch_size * 4, needing_completion=True)
             unique = {item.index: item for item in items}
             if not unique or not self.sglang.healthy():
                 continue
             spec = self.models.spec
             by_length: dict[int, list[tuple[int, list[int]]]] = {}
             for index, item in unique.items():
-                encoded = spec.encode(parse_sample(item.sample), self.library.max_sample_tokens)
+                encoded = self.preparer.sample(spec, item.sample).encoded
                 if encoded.greedy_max_new_tokens is not None:
                     by_length.setdefault(encoded.greedy_max_new_tokens, []).append((index, encoded.prompt_ids))
             for max_new, prompts in by_length.items():
                 outputs = self.sglang.greedy([ids for _, ids in prompts], max_new)
                 for (index, _), output in zip(prompts, outputs, strict=True):
-                    self.catalog.set_completion(job.id, index, output, "greedy:sglang")
+                    self.jobs.set_completion(job.id, index, output, CompletionSource.GREEDY_SGLANG)
             self._emit("completions")
             return True
         return False

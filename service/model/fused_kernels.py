@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from service.model.fused import row_stride
+from service.model.strides import row_stride
 
 BLOCK = 2048
 SMALLEST_NORMAL = tl.constexpr(1.1754943508222875e-38)  # below it the divide's operand is subnormal: see _silu

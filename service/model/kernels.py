@@ -72,10 +72,6 @@ class KernelSet:
     def for_model(cls, model: Any) -> KernelSet:
         return cls(sys.modules[type(model).__module__])
 
-    def bound(self) -> dict[str, str]:
-        """What transformers bound for each kernel at import."""
-        return {name: origin(_bound(w)) for name, w in self.wrappers.items()}
-
     def has_fast(self, role: str) -> bool:
         fns = [_bound(w) for name, w in self.wrappers.items() if KERNELS[name] == role]
         return bool(fns) and all(_is_fast(role, fn) for fn in fns)

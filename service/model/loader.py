@@ -20,7 +20,7 @@ from schemas.api import ModelInfo
 from schemas.backend import Backend
 from schemas.samples import ParsedSample
 from service.errors import ModelUnavailable
-from service.extraction.encode import EncodedPrompt, encode
+from service.model.encode import EncodedPrompt, encode
 from service.model.kernels import KernelSet
 
 
@@ -145,6 +145,3 @@ def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa") -> LoadedMo
     model.requires_grad_(False)
     return LoadedModel(spec.path, model, spec.tokenizer, spec.revision, spec.device, KernelSet.for_model(model))
 
-
-def load_model(model_dir: Path, revision: str, device: str = "auto", attn_implementation: str = "sdpa") -> LoadedModel:
-    return load_weights(load_spec(model_dir, revision, device), attn_implementation)

@@ -12,22 +12,24 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 import torch
 
 from service.errors import ModelUnavailable
-from service.extraction.extractor import Extractor
-from service.handover import GpuHandover, HandoverLedger
+from service.host.handover import GpuHandover, HandoverLedger
 from service.model.loader import LoadedModel, ModelSpec, load_weights
 
 log = logging.getLogger("hsstore.model")
+# What works with a loaded model (the extractor): the composition root says which; the manager only holds it.
+E = TypeVar("E")
 
 
-class ModelManager:
+class ModelManager(Generic[E]):
     def __init__(
         self,
         spec: ModelSpec,
-        make_extractor: Callable[[LoadedModel], Extractor],
+        make_extractor: Callable[[LoadedModel], E],
         handover: GpuHandover,
         ledger: HandoverLedger,
         *,
@@ -58,7 +60,7 @@ class ModelManager:
     def loaded(self) -> bool:
         return self._extractor is not None
 
-    def extractor(self) -> Extractor:
+    def extractor(self) -> E:
         """The loaded model's extractor, loading it first if needed."""
         with self._lock:
             if self._extractor is None:

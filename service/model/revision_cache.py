@@ -4,9 +4,9 @@ hashing 52 GB of weights takes minutes."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from schemas.files import atomic_write
 from schemas.model_revision import defining_files, file_sha256, hub_commit, model_revision
 
 
@@ -25,8 +25,6 @@ def cached_model_revision(model_dir: Path, cache_file: Path) -> str:
         if key not in cache:
             cache[key] = file_sha256(path)
         hashes[path.relative_to(model_dir).as_posix()] = cache[key]
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    staging = cache_file.with_suffix(f".{os.getpid()}.tmp")
-    staging.write_text(json.dumps(cache, indent=0, sort_keys=True))
-    os.replace(staging, cache_file)
+    # a lost cache costs a re-hash, never a wrong revision: no fsync
+    atomic_write(cache_file, json.dumps(cache, indent=0, sort_keys=True).encode(), durable=False)
     return model_revision(model_dir, hashes)

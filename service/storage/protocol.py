@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from schemas.tensors import RawTensor
@@ -11,14 +11,15 @@ from schemas.tensors import RawTensor
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Which part of a blob to read: layer positions along axis 1 of `hidden_states`, and a token range."""
+    """Which part of a blob to read: a range along axis 0 of every array, and, for the arrays named in `axis1`,
+    positions along their axis 1 in the order given (what those axes mean is the caller's business)."""
 
-    layer_positions: tuple[int, ...] | None = None
-    tokens: tuple[int, int] | None = None
+    rows: tuple[int, int] | None = None
+    axis1: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def is_everything(self) -> bool:
-        return self.layer_positions is None and self.tokens is None
+        return self.rows is None and not self.axis1
 
 
 class BlobStore(Protocol):

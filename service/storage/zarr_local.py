@@ -9,20 +9,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import zarr
 
+from schemas.files import atomic_write, fsync_dir, staging_owner, staging_path
 from schemas.keys import is_content_hash
 from schemas.tensors import RawTensor
 from service.storage.protocol import Selection
 from service.storage.shard_reader import read_array
 from service.storage.shard_writer import write_array, write_group
-
-HIDDEN_STATES = "hidden_states"
 
 
 def _fsync_tree(root: Path) -> None:
@@ -33,15 +30,7 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _fsync_dir(Path(dirpath))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(Path(dirpath))
 
 
 def _alive(pid: int) -> bool:
@@ -57,10 +46,9 @@ def _alive(pid: int) -> bool:
 
 
 class LocalZarrStore:
-    def __init__(self, root: Path, chunk_tokens: int = 256, write_pause_s: float = 0.0) -> None:
+    def __init__(self, root: Path, chunk_tokens: int = 256) -> None:
         self.root = Path(root)
         self.chunk_tokens = chunk_tokens
-        self.write_pause_s = write_pause_s
         self._blobs = self.root / "blobs"
         self._manifests = self.root / "manifests"
         self._tmp = self.root / "tmp"
@@ -71,14 +59,13 @@ class LocalZarrStore:
     def _sweep_tmp(self) -> None:
         """Staging names carry the writer's pid: what a dead writer left was never published and goes."""
         for leftover in self._tmp.iterdir():
-            parts = leftover.name.split(".")
-            pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+            pid = staging_owner(leftover)
             if pid is not None and _alive(pid):
                 continue
             shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
 
     def _staging(self, name: str, suffix: str = "") -> Path:
-        return self._tmp / f"{name}.{os.getpid()}.{uuid.uuid4().hex}{suffix}"
+        return staging_path(self._tmp, name, suffix)
 
     def _path(self, content_hash: str) -> Path:
         if not is_content_hash(content_hash):
@@ -102,7 +89,7 @@ class LocalZarrStore:
                 if final.exists():  # another writer published the same content first
                     return False
                 raise
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
             return True
         finally:
             if staging.exists():
@@ -111,14 +98,13 @@ class LocalZarrStore:
     def _write_group(self, path: Path, content_hash: str, tensors: Sequence[RawTensor]) -> None:
         info = {t.name: {"dtype": t.dtype, "shape": list(t.shape)} for t in tensors}
         write_group(path, {"hsstore": {"content_hash": content_hash, "tensors": info}})
-        for index, tensor in enumerate(sorted(tensors, key=lambda t: t.name)):
+        for tensor in sorted(tensors, key=lambda t: t.name):
             # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded in the attributes
             write_array(path / tensor.name, tensor.numpy(), self._chunk_shape(tensor.shape), {"dtype": tensor.dtype})
-            if index == 0 and self.write_pause_s:
-                time.sleep(self.write_pause_s)
 
     def _chunk_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """Inner chunks: `chunk_tokens` tokens x one layer (so a layer slice reads only its chunks)."""
+        """Inner chunks: `chunk_tokens` rows x one position along axis 1 (so a slice of axis 1, such as some of the
+        layers of hidden states, reads only its chunks)."""
         tokens = max(1, min(self.chunk_tokens, shape[0]))
         if len(shape) == 3:
             return (tokens, 1, shape[2])
@@ -143,10 +129,9 @@ class LocalZarrStore:
         out: dict[str, RawTensor] = {}
         for name in sorted(info):
             ndim = len(info[name]["shape"])
-            index: list[slice | list[int]] = [slice(*selection.tokens) if selection.tokens else slice(None)]
-            if name == HIDDEN_STATES and ndim == 3:
-                positions = selection.layer_positions
-                index += [list(positions) if positions is not None else slice(None), slice(None)]
+            index: list[slice | list[int]] = [slice(*selection.rows) if selection.rows else slice(None)]
+            if name in selection.axis1:
+                index.append(list(selection.axis1[name]))
             index += [slice(None)] * (ndim - len(index))
             data = read_array(root / name, tuple(index))
             if data is None:  # not the layout we write: let zarr read it
@@ -177,14 +162,7 @@ class LocalZarrStore:
         final = self._manifests / name[:2] / f"{name}.json"
         if final.exists():
             return
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = self._staging(name, ".json")
-        with staging.open("wb") as handle:
-            handle.write(document)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(staging, final)
-        _fsync_dir(final.parent)
+        atomic_write(final, document, staging_dir=self._tmp)
 
     def iter_manifests(self) -> Iterator[bytes]:
         for path in sorted(self._manifests.rglob("*.json")):

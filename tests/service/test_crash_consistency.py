@@ -10,7 +10,7 @@ import httpx
 
 from client import FeatureClient
 from schemas.api import ExtractRequest
-from service.main import build_library
+from service.main import build_services
 from service.model.loader import LoadedModel
 from service.settings import Settings
 from tests.conftest import ServerProcess, wait_for
@@ -26,7 +26,7 @@ def test_sigkill_mid_write_leaves_nothing_partial(
 ) -> None:
     data_dir = tmp_path / "store"
     env = {"HSSTORE_DATA_DIR": str(data_dir), "HSSTORE_MODEL_DIR": str(tiny_model_dir), "HSSTORE_DEVICE": "cpu"}
-    server = server_process({**env, "HSSTORE_WRITE_PAUSE_S": "60"}).start()
+    server = server_process(env, write_pause_s=60).start()
 
     errors: list[Exception] = []
 
@@ -55,6 +55,6 @@ def test_sigkill_mid_write_leaves_nothing_partial(
         assert redone.status == "extracted"
         fetched = client.get(SAMPLE)
 
-    reference = build_library(Settings(data_dir=tmp_path / "reference", device="cpu"), tiny_loaded)
-    expected = reference.extract(ExtractRequest(samples=[SAMPLE])).results[0].manifest.content_hash
+    reference = build_services(Settings(data_dir=tmp_path / "reference", device="cpu"), tiny_loaded)
+    expected = reference.writer.extract(ExtractRequest(samples=[SAMPLE])).results[0].manifest.content_hash
     assert redone.manifest.content_hash == fetched.content_hash == expected

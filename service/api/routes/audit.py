@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from schemas.api import AuditReport, AuditRequest
-from service.api.deps import LibraryDep, WriteScope
+from service.api.deps import AuditorDep, WriteScope
 from service.api.openapi import errors
 from service.api.queries import check_backend
 
@@ -16,5 +16,5 @@ router = APIRouter(tags=["audit"])
     summary="Re-extract a sample of stored entries and check their bits",
     responses=errors(401, 403, 409, 422, 503),
 )
-def audit(request: AuditRequest, library: LibraryDep) -> AuditReport:
-    return library.audit(request.sample, check_backend(request.backend), request.seed)
+def audit(request: AuditRequest, auditor: AuditorDep) -> AuditReport:
+    return auditor.audit(request.sample, check_backend(request.backend), request.seed)

@@ -1,16 +1,15 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from schemas import keys
+from schemas import keys, timestamps
 from schemas.api import EntriesPage
-from service.api.deps import LibraryDep, ReadScope
+from schemas.keys import EntryFilter
+from service.api.deps import ReaderDep, ReadScope
 from service.api.openapi import errors
-from service.api.queries import check_backend, check_featureset, check_model_revision, checked
-from service.catalog.protocol import EntryFilter
+from service.api.queries import check_backend, check_featureset, checked
 from service.errors import InvalidRequest
 
 router = APIRouter(tags=["entries"])
@@ -20,10 +19,7 @@ def _since(value: str | None) -> str | None:
     if value is None:
         return None
     try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return timestamps.stamp(timestamps.parse(value))
     except (ValueError, OverflowError):  # OverflowError: a time at the very ends of the range, moved to UTC
         raise InvalidRequest(f"since must be an ISO-8601 time, got {value[:40]!r}") from None
 
@@ -35,7 +31,7 @@ def _since(value: str | None) -> str | None:
     responses=errors(401, 403, 422),
 )
 def list_entries(
-    library: LibraryDep,
+    reader: ReaderDep,
     prompt_hash: Annotated[str | None, Query(description="a prompt hash or a prefix of one (6+ hex digits)")] = None,
     backend: str | None = None,
     model_revision: str | None = None,
@@ -48,9 +44,9 @@ def list_entries(
     where = EntryFilter(
         prompt_hash=checked(keys.check_prompt_hash_prefix, prompt_hash),
         content_hash=checked(keys.check_content_hash_prefix, content_hash),
-        model_revision=check_model_revision(model_revision),
+        model_revision=checked(keys.check_model_revision, model_revision),
         backend=check_backend(backend),
-        featureset_id=check_featureset(featureset),
+        featureset=check_featureset(featureset),
         since=_since(since),
     )
-    return library.entries(where, limit, cursor)
+    return reader.entries(where, limit, cursor)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from schemas.api import ExtractRequest, ExtractResponse
-from service.api.deps import LibraryDep, WriteScope
+from service.api.deps import WriterDep, WriteScope
 from service.api.openapi import errors
 
 router = APIRouter(tags=["extract"])
@@ -15,5 +15,5 @@ router = APIRouter(tags=["extract"])
     summary="Extract the samples' features now (existing entries are returned as they are)",
     responses=errors(401, 403, 409, 413, 422, 503),
 )
-def extract(request: ExtractRequest, library: LibraryDep) -> ExtractResponse:
-    return library.extract(request)
+def extract(request: ExtractRequest, writer: WriterDep) -> ExtractResponse:
+    return writer.extract(request)

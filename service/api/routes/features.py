@@ -9,19 +9,15 @@ from starlette.concurrency import run_in_threadpool
 from schemas import wire
 from schemas.api import BatchRequest
 from schemas.manifest import Manifest
-from service.api.deps import LibraryDep, ReadScope
+from service.api.deps import ReaderDep, ReadScope
 from service.api.openapi import binary, errors
-from service.api.queries import FeatureQueryDep, KeyQuery
+from service.api.queries import FeatureQueryDep
 from service.api.streaming import slices, stream
-from service.library import FeatureLibrary, Served
+from service.core.reader import Part, Served
 
 router = APIRouter(tags=["features"])
 SAFETENSORS = "application/octet-stream"
 FRAMES = "application/x-hsstore-frames"
-
-
-def _resolve(library: FeatureLibrary, key: KeyQuery) -> Manifest:
-    return library.resolve(key.prompt_hash, key.model_revision, key.backend, key.featureset_id, key.content_hash)
 
 
 def _key_headers(manifest: Manifest) -> dict[str, str]:
@@ -33,8 +29,11 @@ def _key_headers(manifest: Manifest) -> dict[str, str]:
     }
 
 
-def _served_headers(layers: list, tokens: tuple[int, int]) -> dict[str, str]:
-    return {"X-Hsstore-Layers": ",".join(map(str, layers)), "X-Hsstore-Tokens": f"{tokens[0]}:{tokens[1]}"}
+def _part_headers(part: Part) -> dict[str, str]:
+    return {
+        "X-Hsstore-Layers": ",".join(map(str, part.layers)),
+        "X-Hsstore-Tokens": f"{part.tokens[0]}:{part.tokens[1]}",
+    }
 
 
 @router.get(
@@ -47,15 +46,15 @@ def _served_headers(layers: list, tokens: tuple[int, int]) -> dict[str, str]:
         **errors(401, 403, 404, 409, 422),
     },
 )
-def get_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
+def get_features(query: FeatureQueryDep, reader: ReaderDep) -> Response:
     """Token ranges are clipped to the entry as Python slicing clips (`X-Hsstore-Tokens` says what was served);
     only an empty selection is refused."""
-    served = library.read(_resolve(library, query.key), query.layers, query.tokens)
+    served = reader.read(reader.resolve(query.key), query.layers, query.tokens)
     # The header, then each tensor's own buffer: no joined copy of the body is made.
     parts = wire.encode_parts(served.tensors.values(), served.metadata())
     headers = {
         **_key_headers(served.manifest),
-        **_served_headers(served.layers, served.tokens),
+        **_part_headers(served.part),
         "X-Hsstore-Served-Hash": served.served_hash,
         "Content-Length": str(wire.frame_length(parts)),
     }
@@ -69,9 +68,9 @@ def get_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
     summary="Whether the entry exists, with the length its GET would send",
     responses={200: {"description": "it exists"}, **errors(401, 403, 404, 409, 422)},
 )
-def head_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
-    manifest = _resolve(library, query.key)
-    length = library.served_length(manifest, query.layers, query.tokens)
+def head_features(query: FeatureQueryDep, reader: ReaderDep) -> Response:
+    manifest = reader.resolve(query.key)
+    length = reader.served_length(manifest, query.layers, query.tokens)
     # Response would set Content-Length: 0 for an empty body; HEAD announces the GET's length instead
     response = Response(status_code=200, headers=_key_headers(manifest), media_type=SAFETENSORS)
     response.headers["content-length"] = str(length)
@@ -85,19 +84,16 @@ def head_features(query: FeatureQueryDep, library: LibraryDep) -> Response:
     summary="Several entries in one framed response (u64 length + safetensors body per key)",
     responses={**binary("frames, one per key, in order", FRAMES), **errors(401, 403, 404, 409, 413, 422)},
 )
-def batch_features(request: BatchRequest, library: LibraryDep) -> Response:
+def batch_features(request: BatchRequest, reader: ReaderDep) -> Response:
     """Several entries in one response, framed. Every key is resolved (and refused with a 4xx) before the first
     byte is sent; the blobs are then read one after another as the response streams."""
-    resolved = [
-        (library.resolve(k.prompt_hash, k.model_revision, k.backend, k.featureset, k.content_hash), k)
-        for k in request.keys
-    ]
-    for manifest, key in resolved:  # check every slice before streaming
-        library.selection_for(manifest, key.layers, key.token_range())
+    resolved = [(reader.resolve(item.key), item) for item in request.keys]
+    for manifest, item in resolved:  # check every slice before streaming
+        reader.part(manifest, item.layers, item.token_range())
 
     def read(index: int) -> asyncio.Task[Served]:
-        manifest, key = resolved[index]
-        return asyncio.ensure_future(run_in_threadpool(library.read, manifest, key.layers, key.token_range()))
+        manifest, item = resolved[index]
+        return asyncio.ensure_future(run_in_threadpool(reader.read, manifest, item.layers, item.token_range()))
 
     async def frames() -> AsyncIterator[bytes | memoryview]:
         upcoming = read(0)

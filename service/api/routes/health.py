@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import LibraryDep
+from service.api.deps import StoreDep, VersionsDep
 from service.api.openapi import errors
 from service.errors import NotReady
 
@@ -15,10 +15,10 @@ def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", summary="Readiness: store and catalog reachable", responses=errors(503))
-def readyz(library: LibraryDep) -> dict[str, str]:
+def readyz(store: StoreDep, versions: VersionsDep) -> dict[str, str]:
     try:
-        library.store.ping()
-        library.catalog.ping()
+        store.ping()
+        versions.ping()
     except Exception as exc:
         raise NotReady(f"store or catalog unreachable: {exc}") from None
     return {"status": "ready"}

@@ -3,8 +3,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from schemas.api import Info
+from schemas.featureset import FeatureSet
 from service import __version__
-from service.api.deps import LibraryDep, ReadScope, SettingsDep
+from service.api.deps import GateDep, ReadScope, SettingsDep
 from service.api.openapi import errors
 
 router = APIRouter(tags=["info"])
@@ -16,11 +17,11 @@ router = APIRouter(tags=["info"])
     summary="Model, revision, backends this host can run, default featureset, window",
     responses=errors(401, 403),
 )
-def info(library: LibraryDep, settings: SettingsDep) -> Info:
-    models = library.models
+def info(gate: GateDep, settings: SettingsDep) -> Info:
+    models = gate.models if gate.has_model else None
     spec = models.spec if models else None
-    featureset = library.default_featureset()
-    window = library.windows.state().model_dump() if library.windows else {"open": False}
+    featureset = FeatureSet.default_for(spec.num_layers) if spec else None
+    window = gate.windows.state().model_dump()
     return Info(
         version=__version__,
         model=spec.info() if spec else None,

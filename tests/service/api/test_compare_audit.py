@@ -6,8 +6,9 @@ import pytest
 from client import BackendUnavailableError, FeatureClient, NotFoundError
 from schemas.api import ExtractRequest
 from schemas.content_hash import content_hash
+from schemas.keys import FeatureKey
 from schemas.tensors import RawTensor
-from service.main import build_library
+from service.main import build_services
 from service.model.loader import LoadedModel
 from service.settings import Settings
 
@@ -43,20 +44,20 @@ def test_audit_reproduces_and_marks_manifests(client: FeatureClient) -> None:
 
 
 def test_audit_flags_a_version_that_does_not_reproduce(settings: Settings, tiny_loaded: LoadedModel) -> None:
-    library = build_library(settings, tiny_loaded)
-    original = library.extract(ExtractRequest(samples=[{"text": "drifted"}])).results[0].manifest
-    stored = library.store.get(original.content_hash)
+    services = build_services(settings, tiny_loaded)
+    original = services.writer.extract(ExtractRequest(samples=[{"text": "drifted"}])).results[0].manifest
+    stored = services.store.get(original.content_hash)
     bits = bytearray(stored["hidden_states"].data)
     bits[10] ^= 4  # what an entry written by other kernels (or a silent library change) looks like
     tensors = [
         RawTensor("hidden_states", "bfloat16", stored["hidden_states"].shape, memoryview(bits)),
         stored["input_ids"],
     ]
-    drifted, _ = library.record(
+    drifted, _ = services.writer.record(
         original.model_copy(update={"content_hash": content_hash(tensors), "seq": None}), tensors
     )
-    report = library.audit(10)
+    report = services.auditor.audit(10)
     assert (report.total, report.reproduced, report.mismatched) == (2, 1, 1)
-    flagged = library.resolve(original.prompt_hash, content_hash_pin=drifted.content_hash)
+    flagged = services.reader.resolve(FeatureKey(prompt_hash=original.prompt_hash, content_hash=drifted.content_hash))
     assert flagged.audit is not None and flagged.audit.status == "mismatch"
     assert flagged.audit.reproduced_hash == original.content_hash

@@ -12,8 +12,7 @@ from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from service.extraction.batching import describe, plan_batches
 from service.extraction.extractor import Extractor
-from service.library import FeatureLibrary
-from service.main import build_library
+from service.main import Services, build_services
 from service.model.loader import LoadedModel
 from service.settings import Settings
 
@@ -32,10 +31,10 @@ def test_plan_batches_respects_the_token_budget() -> None:
     assert plan_batches(lengths, batch_tokens=0) == [[5], [1], [2], [3], [0], [4]]
 
 
-def _libraries(settings: Settings, loaded: LoadedModel) -> tuple[FeatureLibrary, FeatureLibrary]:
-    one = build_library(settings.model_copy(update={"data_dir": settings.data_dir / "one"}), loaded)
+def _libraries(settings: Settings, loaded: LoadedModel) -> tuple[Services, Services]:
+    one = build_services(settings.model_copy(update={"data_dir": settings.data_dir / "one"}), loaded)
     update = {"data_dir": settings.data_dir / "batched", "batch_tokens": BUDGET}
-    return one, build_library(settings.model_copy(update=update), loaded)
+    return one, build_services(settings.model_copy(update=update), loaded)
 
 
 def _forward_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -56,9 +55,9 @@ def test_a_probe_that_finds_changed_bits_keeps_one_sequence_per_forward(
 ) -> None:
     monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: False)
     one, batched = _libraries(settings, tiny_loaded)
-    expected = [r.manifest.content_hash for r in one.extract(REQUEST).results]
+    expected = [r.manifest.content_hash for r in one.writer.extract(REQUEST).results]
     sizes = _forward_sizes(monkeypatch)
-    results = batched.extract(REQUEST).results
+    results = batched.writer.extract(REQUEST).results
     assert sizes and max(sizes) == 1  # no forward held two sequences
     assert [r.manifest.content_hash for r in results] == expected
     assert {r.manifest.fingerprint.batching for r in results} == {describe(0)}
@@ -69,16 +68,16 @@ def test_a_probe_that_finds_every_bit_kept_batches_and_says_so(
 ) -> None:
     monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: True)
     one, batched = _libraries(settings, tiny_loaded)
-    alone = {r.prompt_hash: r.manifest for r in one.extract(REQUEST).results}
+    alone = {r.prompt_hash: r.manifest for r in one.writer.extract(REQUEST).results}
     sizes = _forward_sizes(monkeypatch)
-    results = batched.extract(REQUEST).results
+    results = batched.writer.extract(REQUEST).results
     assert max(sizes) > 1  # sequences really shared forwards
     assert {r.manifest.fingerprint.batching for r in results} == {describe(BUDGET)}
     for result in results:  # the same tokens and shapes; the bits are whatever this host's batched kernels give
         single = alone[result.prompt_hash]
         assert result.manifest.tensors == single.tensors
-        batched_hidden = batched.read(result.manifest).tensors["hidden_states"].numpy()
-        single_hidden = one.read(single).tensors["hidden_states"].numpy()
+        batched_hidden = batched.reader.read(result.manifest).tensors["hidden_states"].numpy()
+        single_hidden = one.reader.read(single).tensors["hidden_states"].numpy()
         as_float = [
             torch.from_numpy(h.astype("int32") << 16).view(torch.float32) for h in (batched_hidden, single_hidden)
         ]
@@ -89,10 +88,12 @@ def test_the_real_probe_never_costs_a_bit(settings: Settings, tiny_loaded: Loade
     """Whatever this host's probe finds: every entry equals one-by-one extraction bit for bit, the fingerprint
     names the policy that ran, and the audit (one sequence per forward) reproduces every entry."""
     one, batched = _libraries(settings, tiny_loaded)
-    keeps_bits = batched.require_models().extractor().batching_keeps_bits(BUDGET, Backend.TORCH)
+    keeps_bits = batched.gate.models.extractor().batching_keeps_bits(BUDGET, Backend.TORCH)
     policy = describe(BUDGET if keeps_bits else 0)
-    for single, together in zip(one.extract(REQUEST).results, batched.extract(REQUEST).results, strict=True):
+    for single, together in zip(
+        one.writer.extract(REQUEST).results, batched.writer.extract(REQUEST).results, strict=True
+    ):
         assert single.manifest.content_hash == together.manifest.content_hash
         assert together.manifest.fingerprint.batching == policy
-    report = batched.audit(5)
+    report = batched.auditor.audit(5)
     assert (report.total, report.reproduced) == (5, 5)

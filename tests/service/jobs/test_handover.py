@@ -44,7 +44,7 @@ def test_release_load_extract_unload_resume_healthy(windowed_settings: Settings,
 
 def test_the_gpu_goes_back_when_extraction_raises(windowed_settings: Settings, events, standin) -> None:
     app = create_app(windowed_settings, on_event=events.append)
-    models = app.state.library.models
+    models = app.state.gate.models
 
     class Exploding:
         def extract_many(self, *args, **kwargs):
@@ -74,7 +74,7 @@ def test_sigkill_mid_window_resumes_sglang_and_completes(
         "HSSTORE_JOB_BATCH_SIZE": "2",
     }
     samples = [{"id": f"k{i}", "text": f"def task_{i}(): return {i}"} for i in range(8)]
-    first = server_process({**env, "HSSTORE_WRITE_PAUSE_S": "0.5"}).start()
+    first = server_process(env, write_pause_s=0.5).start()
     with httpx.Client(base_url=first.url, timeout=60) as http:
         http.post("/v1/window/open", json={"minutes": 30})
         job = http.post("/v1/jobs", json={"samples": samples}).json()
@@ -102,7 +102,7 @@ def test_sigkill_mid_window_resumes_sglang_and_completes(
 
 
 def test_operator_commands_handover(tmp_path, standin) -> None:
-    from service.handover import CommandHandover, HandoverFailed
+    from service.host.handover import CommandHandover, HandoverFailed
 
     log = tmp_path / "ops.log"
     handover = CommandHandover(f"sh -c 'echo stop >> {log}'", f"sh -c 'echo start >> {log}'", standin[1], 10)

@@ -11,10 +11,11 @@ import httpx
 import pytest
 
 from client import FeatureClient
+from service.core.windows import ScheduledWindow, Windows
 from service.main import create_app
 from service.settings import Settings
-from service.windows import ScheduledWindow, Windows
 from tests.conftest import LiveServer, wait_for
+from tests.slow_writes import slow_writes
 
 
 def status(http: httpx.Client, job_id: str) -> dict:
@@ -22,9 +23,9 @@ def status(http: httpx.Client, job_id: str) -> dict:
 
 
 def test_job_waits_runs_in_window_and_stops_at_a_batch_boundary(windowed_settings: Settings, events, standin) -> None:
-    settings = windowed_settings.model_copy(update={"write_pause_s": 0.3})
     samples = [{"text": f"def step_{i}(): pass"} for i in range(10)]
-    with LiveServer(create_app(settings, on_event=events.append)) as url, httpx.Client(base_url=url) as http:
+    app = create_app(windowed_settings, on_event=events.append)
+    with slow_writes(0.3), LiveServer(app) as url, httpx.Client(base_url=url) as http:
         job = http.post("/v1/jobs", json={"samples": samples}).json()
         time.sleep(1.0)
         waiting = status(http, job["id"])
@@ -85,9 +86,10 @@ def test_greedy_falls_back_to_the_target_without_sglang(settings: Settings, tiny
 
 
 def test_jsonl_upload_several_backends_cancel_and_errors(settings: Settings, tiny_loaded) -> None:
-    settings = settings.model_copy(update={"write_pause_s": 0.2, "job_batch_size": 1})
+    settings = settings.model_copy(update={"job_batch_size": 1})
     jsonl = "\n".join(f'{{"id": "j{i}", "text": "line {i}"}}' for i in range(6)).encode()
-    with LiveServer(create_app(settings, tiny_loaded)) as url, httpx.Client(base_url=url) as http:
+    app = create_app(settings, tiny_loaded)
+    with slow_writes(0.2), LiveServer(app) as url, httpx.Client(base_url=url) as http:
         job = http.post(
             "/v1/jobs",
             content=jsonl,

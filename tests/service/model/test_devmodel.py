@@ -7,7 +7,7 @@ from transformers import Qwen3_5ForConditionalGeneration
 
 from schemas.model_revision import model_revision
 from service.model.devmodel import build_devmodel
-from service.model.loader import load_model
+from tests.conftest import load_model
 
 
 def test_building_twice_gives_the_same_model_revision(tmp_path: Path, tiny_model_dir: Path) -> None:

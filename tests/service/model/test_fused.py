@@ -15,7 +15,7 @@ from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from service.extraction.extractor import Extractor
 from service.extraction.lean_forward import capture
-from service.main import build_library
+from service.main import build_services
 from service.model.fused import EAGER, FusedForwards
 from service.model.loader import LoadedModel
 from service.settings import Settings
@@ -91,8 +91,8 @@ def test_a_norm_weight_changed_in_place_is_used_at_the_next_call(tiny_loaded: Lo
 
 def test_cpu_extraction_runs_eager_and_the_fingerprint_says_so(settings: Settings, tiny_loaded: LoadedModel) -> None:
     assert FusedForwards.for_model(tiny_loaded.model, torch.device("cpu")) is None
-    library = build_library(settings, tiny_loaded)
-    manifest = library.extract(ExtractRequest(samples=[{"text": "fused?"}])).results[0].manifest
+    writer = build_services(settings, tiny_loaded).writer
+    manifest = writer.extract(ExtractRequest(samples=[{"text": "fused?"}])).results[0].manifest
     assert manifest.fingerprint.elementwise == EAGER
 
 

@@ -12,12 +12,13 @@ import os
 import shlex
 import subprocess
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
 import httpx
 
+from schemas.files import atomic_write
+from schemas.timestamps import utc_now
 from service.errors import HandoverFailed
 
 log = logging.getLogger("hsstore.handover")
@@ -121,10 +122,8 @@ class HandoverLedger:
             return False
 
     def _write(self, state: str) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        staging = self.path.with_suffix(f".{os.getpid()}.tmp")
-        staging.write_text(json.dumps({"state": state, "at": datetime.now(UTC).isoformat(), "pid": os.getpid()}))
-        os.replace(staging, self.path)
+        # durable: this is the write-ahead record a restart relies on to give SGLang its GPU back
+        atomic_write(self.path, json.dumps({"state": state, "at": utc_now(), "pid": os.getpid()}).encode())
 
     def mark_released(self) -> None:
         self._write("released")

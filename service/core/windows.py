@@ -10,6 +10,7 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Protocol
 
 from schemas.api import WindowState
+from schemas.timestamps import parse, stamp, stamp_seconds
 
 _DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 _SPEC = re.compile(r"^\s*(?P<days>[A-Za-z,\-]+)\s+(?P<start>\d{1,2}:\d{2})-(?P<end>\d{1,2}:\d{2})\s*(?:UTC)?\s*$")
@@ -83,7 +84,7 @@ class ScheduledWindow:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
+    return stamp_seconds(moment) if moment else None
 
 
 class Windows:
@@ -96,7 +97,7 @@ class Windows:
 
     def _stamp(self, name: str) -> datetime | None:
         value = self.store.kv_get(name)
-        return datetime.fromisoformat(value) if value else None
+        return parse(value) if value else None
 
     def state(self, now: datetime | None = None) -> WindowState:
         now = now or datetime.now(UTC)
@@ -119,7 +120,7 @@ class Windows:
         state = self.state(now)
         if not state.open or state.closes_at is None:
             return None
-        closes = datetime.fromisoformat(state.closes_at.replace("Z", "+00:00"))
+        closes = parse(state.closes_at)
         return (closes - (now or datetime.now(UTC))).total_seconds()
 
     def usable(self, now: datetime | None = None) -> bool:
@@ -136,7 +137,7 @@ class Windows:
                 "hand the GPU back, so nothing could run in it (see window_margin_s)"
             )
         now = now or datetime.now(UTC)
-        self.store.kv_set(MANUAL_UNTIL, (now + timedelta(minutes=minutes)).isoformat())
+        self.store.kv_set(MANUAL_UNTIL, stamp(now + timedelta(minutes=minutes)))
         self.store.kv_set(CLOSED_UNTIL, None)
         return self.state(now)
 
@@ -145,5 +146,5 @@ class Windows:
         now = now or datetime.now(UTC)
         self.store.kv_set(MANUAL_UNTIL, None)
         ends = [span[1] for w in self.schedule if (span := w.containing(now))]
-        self.store.kv_set(CLOSED_UNTIL, max(ends).isoformat() if ends else None)
+        self.store.kv_set(CLOSED_UNTIL, stamp(max(ends)) if ends else None)
         return self.state(now)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.samples import ParsedSample
+from schemas.states import CompletionSource
 from service.errors import InvalidSample, TooLarge
 
 
@@ -13,7 +14,7 @@ from service.errors import InvalidSample, TooLarge
 class EncodedPrompt:
     prompt_ids: list[int]
     completion_ids: list[int] | None  # None when a greedy completion is still to be generated
-    completion_source: str | None
+    completion_source: CompletionSource | None
     greedy_max_new_tokens: int | None = None
 
 
@@ -58,16 +59,16 @@ def encode(
         raise InvalidSample(f"{_where(index)}the prompt encodes to no tokens")
 
     completion: list[int] | None = None
-    source: str | None = None
+    source: CompletionSource | None = None
     greedy: int | None = None
     if (c := sample.completion) is not None:
         if c.text is not None:
-            completion, source = list(tokenizer(c.text, add_special_tokens=False)["input_ids"]), "text"
+            completion, source = list(tokenizer(c.text, add_special_tokens=False)["input_ids"]), CompletionSource.TEXT
         elif c.token_ids is not None:
-            completion, source = list(c.token_ids), "token_ids"
+            completion, source = list(c.token_ids), CompletionSource.TOKEN_IDS
             _check_ids(completion, vocab_size, "completion.token_ids", index)
         elif c.greedy is not None:
-            greedy, source = c.greedy.max_new_tokens, "greedy:target"
+            greedy, source = c.greedy.max_new_tokens, CompletionSource.GREEDY_TARGET
     total = len(prompt) + (len(completion) if completion is not None else greedy or 0)
     if total > max_tokens:
         raise TooLarge(f"{_where(index)}{total} tokens exceed the limit of {max_tokens} tokens per sample")

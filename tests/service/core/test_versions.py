@@ -1,4 +1,4 @@
-"""Versions and refusals, through the core (FeatureLibrary) where bit-different re-extractions can be staged."""
+"""Versions and refusals, through the core services, where bit-different re-extractions can be staged."""
 
 from __future__ import annotations
 
@@ -11,29 +11,33 @@ from safetensors.torch import load_file, save_file
 from schemas.api import ExtractRequest
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
+from schemas.keys import FeatureKey
 from schemas.tensors import RawTensor
-from service.catalog.sqlite import SqliteCatalog
 from service.errors import NonFiniteFeatures
-from service.main import build_library
-from service.model.loader import LoadedModel, load_model
+from service.main import build_services
+from service.model.loader import LoadedModel
 from service.settings import Settings
+from tests.conftest import load_model
 
 
 def test_different_bits_add_a_version_and_both_stay_readable(settings: Settings, tiny_loaded: LoadedModel) -> None:
-    library = build_library(settings, tiny_loaded)
-    first = library.extract(ExtractRequest(samples=[{"text": "versions"}])).results[0].manifest
-    stored = library.store.get(first.content_hash)
+    services = build_services(settings, tiny_loaded)
+    first = services.writer.extract(ExtractRequest(samples=[{"text": "versions"}])).results[0].manifest
+    stored = services.store.get(first.content_hash)
     hidden = stored["hidden_states"]
     changed = bytearray(hidden.data)
     changed[0] ^= 1  # as a library upgrade would: the same key, other bits
     tensors = [RawTensor("hidden_states", "bfloat16", hidden.shape, memoryview(changed)), stored["input_ids"]]
     second_hash = content_hash(tensors)
-    second, added = library.record(first.model_copy(update={"content_hash": second_hash, "seq": None}), tensors)
+    writer, reader = services.writer, services.reader
+    second, added = writer.record(first.model_copy(update={"content_hash": second_hash, "seq": None}), tensors)
     assert added and second.seq > first.seq
-    assert library.resolve(first.prompt_hash).content_hash == second_hash  # newest by default
-    assert library.read(library.resolve(first.prompt_hash, content_hash_pin=first.content_hash)).full
-    assert library.read(library.resolve(first.prompt_hash, content_hash_pin=second_hash)).served_hash == second_hash
-    _, added_again = library.record(second, tensors)
+    key = FeatureKey(prompt_hash=first.prompt_hash)
+    assert reader.resolve(key).content_hash == second_hash  # newest by default
+    assert reader.read(reader.resolve(key.model_copy(update={"content_hash": first.content_hash}))).part.full
+    pinned = reader.resolve(key.model_copy(update={"content_hash": second_hash}))
+    assert reader.read(pinned).served_hash == second_hash
+    _, added_again = writer.record(second, tensors)
     assert not added_again  # same key, same bits: no version
 
 
@@ -45,21 +49,22 @@ def test_nan_features_are_refused_and_nothing_is_stored(tmp_path: Path, tiny_mod
     weights[name][0, 0] = float("inf")
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
     settings = Settings(data_dir=tmp_path / "store", model_dir=broken, device="cpu")
-    library = build_library(settings, load_model(broken, "sha256:" + "1" * 64, "cpu"))
+    services = build_services(settings, load_model(broken, "sha256:" + "1" * 64, "cpu"))
     with pytest.raises(NonFiniteFeatures, match=r"layers \[2, 3"):
-        library.extract(ExtractRequest(samples=[{"text": "explode"}], featureset=FeatureSet(layers=[1, 2, 3])))
-    assert library.catalog.count() == 0 and list(library.store.iter()) == []
+        services.writer.extract(ExtractRequest(samples=[{"text": "explode"}], featureset=FeatureSet(layers=[1, 2, 3])))
+    assert services.versions.count() == 0 and list(services.store.iter()) == []
 
 
 def test_catalog_can_be_rebuilt_from_the_store(settings: Settings, tiny_loaded: LoadedModel) -> None:
-    library = build_library(settings, tiny_loaded)
-    results = library.extract(ExtractRequest(samples=[{"text": f"rebuild {i}"} for i in range(3)])).results
-    library.catalog.close()
+    services = build_services(settings, tiny_loaded)
+    results = services.writer.extract(ExtractRequest(samples=[{"text": f"rebuild {i}"} for i in range(3)])).results
+    services.close()
     settings.catalog_path.unlink()
-    library.catalog = SqliteCatalog(settings.catalog_path)
-    assert library.rebuild_catalog() == 3
+    rebuilt = build_services(settings.model_copy(update={"model_dir": None}))
+    assert rebuilt.writer.rebuild_catalog() == 3
     for result in results:
-        assert library.resolve(result.prompt_hash).content_hash == result.manifest.content_hash
+        key = FeatureKey(prompt_hash=result.prompt_hash)
+        assert rebuilt.reader.resolve(key).content_hash == result.manifest.content_hash
 
 
 def test_replica_without_model_serves_but_does_not_extract(settings: Settings, tiny_loaded: LoadedModel) -> None:
@@ -67,9 +72,9 @@ def test_replica_without_model_serves_but_does_not_extract(settings: Settings, t
 
     from service.main import create_app
 
-    writer = build_library(settings, tiny_loaded)
-    result = writer.extract(ExtractRequest(samples=[{"text": "replica"}])).results[0]
-    writer.catalog.close()
+    writer = build_services(settings, tiny_loaded)
+    result = writer.writer.extract(ExtractRequest(samples=[{"text": "replica"}])).results[0]
+    writer.close()
     replica = TestClient(create_app(replace_settings(settings, model_dir=None)))
     assert replica.get(f"/v1/features/{result.prompt_hash}").status_code == 200
     refused = replica.post("/v1/extract", json={"samples": [{"text": "x"}]})
@@ -82,11 +87,11 @@ def replace_settings(settings: Settings, **changes: object) -> Settings:
 
 
 def test_identical_tokens_from_two_prompts_share_one_blob(settings: Settings, tiny_loaded: LoadedModel) -> None:
-    library = build_library(settings, tiny_loaded)
+    services = build_services(settings, tiny_loaded)
     ids = tiny_loaded.tokenizer("shared bits")["input_ids"]
-    a, b = library.extract(ExtractRequest(samples=[{"text": "shared bits"}, {"token_ids": ids}])).results
+    a, b = services.writer.extract(ExtractRequest(samples=[{"text": "shared bits"}, {"token_ids": ids}])).results
     assert a.prompt_hash != b.prompt_hash and a.manifest.content_hash == b.manifest.content_hash
-    assert len(list(library.store.iter())) == 1 and library.catalog.count() == 2
+    assert len(list(services.store.iter())) == 1 and services.versions.count() == 2
 
 
 def test_a_swapped_blob_is_caught_by_the_service_or_the_client(settings: Settings, tiny_loaded: LoadedModel) -> None:
@@ -97,8 +102,9 @@ def test_a_swapped_blob_is_caught_by_the_service_or_the_client(settings: Setting
     from schemas import wire
     from service.errors import CorruptEntry
 
-    library = build_library(settings, tiny_loaded)
-    a, b = (r.manifest for r in library.extract(ExtractRequest(samples=[{"text": "abc"}, {"text": "abd"}])).results)
+    services = build_services(settings, tiny_loaded)
+    samples = [{"text": "abc"}, {"text": "abd"}]
+    a, b = (r.manifest for r in services.writer.extract(ExtractRequest(samples=samples)).results)
     assert a.num_tokens == b.num_tokens
     blobs = settings.data_dir / "blobs"
     path_a, path_b = (blobs / h[7:9] / h[7:] for h in (a.content_hash, b.content_hash))
@@ -106,9 +112,9 @@ def test_a_swapped_blob_is_caught_by_the_service_or_the_client(settings: Setting
     path_b.rename(path_a)
     (blobs / "swap").rename(path_b)
 
-    served = library.read(a)  # crc32c of every chunk is fine: the bytes are intact, only misplaced
+    served = services.reader.read(a)  # crc32c of every chunk is fine: the bytes are intact, only misplaced
     with pytest.raises(IntegrityError):
         decode_verified(wire.encode(served.tensors.values(), served.metadata()))
-    strict = build_library(settings.model_copy(update={"verify_reads": "content_hash"}), tiny_loaded)
+    strict = build_services(settings.model_copy(update={"verify_reads": "content_hash"}), tiny_loaded)
     with pytest.raises(CorruptEntry):
-        strict.read(a)
+        strict.reader.read(a)

@@ -1,0 +1,45 @@
+"""The closed vocabularies of states and sources that travel in manifests and API answers."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"  # the host (not a sample) failed: see the job's error
+    CANCELLED = "cancelled"
+
+    @property
+    def active(self) -> bool:
+        return self in (JobState.QUEUED, JobState.RUNNING)
+
+
+class ItemState(StrEnum):
+    """One (sample, backend) of a job."""
+
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class AuditStatus(StrEnum):
+    REPRODUCED = "reproduced"
+    MISMATCH = "mismatch"
+
+
+class CompletionSource(StrEnum):
+    """Where an entry's completion tokens came from."""
+
+    TEXT = "text"  # the sample's completion text, tokenised
+    TOKEN_IDS = "token_ids"  # the sample's completion ids
+    GREEDY_TARGET = "greedy:target"  # generated greedily by the target here
+    GREEDY_SGLANG = "greedy:sglang"  # generated greedily by SGLang before the window
+
+
+class ExtractStatus(StrEnum):
+    EXTRACTED = "extracted"
+    EXISTING = "existing"
+    VERSION_ADDED = "version_added"  # re-extracted (force) and the bits differed: a new version

@@ -1,0 +1,22 @@
+"""The key/value table in SQLite."""
+
+from __future__ import annotations
+
+from service.catalog.sqlite.database import SqliteDatabase
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (name TEXT PRIMARY KEY, value TEXT);"
+
+
+class SqliteKeyValue:
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+        db.create(_SCHEMA)
+
+    def kv_get(self, name: str) -> str | None:
+        with self.db.connection() as conn:
+            row = conn.execute("SELECT value FROM kv WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def kv_set(self, name: str, value: str | None) -> None:
+        with self.db.connection() as conn:
+            conn.execute("INSERT OR REPLACE INTO kv (name, value) VALUES (?, ?)", (name, value))

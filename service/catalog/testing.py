@@ -1,0 +1,169 @@
+"""The contract suites every catalog engine passes unchanged, shipped with the protocols (as zarr ships
+`zarr.testing.store.StoreTests`): a test module subclasses each suite and provides its fixture.
+
+- `VersionCatalogTests` needs `open_versions`: a callable that opens a VersionCatalog over one database (calling it
+  again reopens the same one).
+- `JobStoreTests` needs `jobs`: a JobStore. `KeyValueTests` needs `kv`: a KeyValue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from schemas.backend import Fingerprint
+from schemas.featureset import FeatureSet
+from schemas.keys import EntryFilter
+from schemas.manifest import AuditRecord, Manifest, TensorInfo
+from schemas.states import AuditStatus, ItemState, JobState
+from service.catalog.job_records import JobRecord, NewItem
+from service.catalog.protocol import JobStore, KeyValue, VersionCatalog
+
+FEATURESET = FeatureSet(layers=[1, 2])
+FINGERPRINT = Fingerprint(
+    torch="t", transformers="x", device="cpu", dtype="bfloat16", attn_implementation="sdpa", kernels={}
+)
+
+
+def manifest(prompt: str = "a", backend: str = "torch", content: str = "1", created: str = "2026-11-30T00:00:00Z"):
+    """A small manifest whose hashes repeat one character, so tests read well."""
+    return Manifest(
+        prompt_hash=prompt * 64,
+        model_revision="sha256:" + "e" * 64,
+        backend=backend,
+        featureset=FEATURESET,
+        featureset_id=FEATURESET.id,
+        content_hash="sha256:" + content * 64,
+        sample={"text": "x"},
+        num_tokens=3,
+        prompt_tokens=3,
+        completion_tokens=0,
+        tensors={"input_ids": TensorInfo(dtype="int32", shape=[3])},
+        layer_stats=[],
+        created_at=created,
+        fingerprint=FINGERPRINT,
+    )
+
+
+class VersionCatalogTests:
+    def test_add_is_idempotent_per_version(self, open_versions: Callable[[], VersionCatalog]) -> None:
+        versions = open_versions()
+        stored, added = versions.add(manifest())
+        assert added and stored.seq is not None
+        again, added_again = versions.add(manifest())
+        assert not added_again and again.seq == stored.seq
+        assert versions.count() == 1
+
+    def test_versions_newest_first(self, open_versions: Callable[[], VersionCatalog]) -> None:
+        versions = open_versions()
+        versions.add(manifest(content="1"))
+        versions.add(manifest(content="2"))
+        assert [v.content_hash[-1] for v in versions.versions(manifest().key)] == ["2", "1"]
+
+    def test_find_filters_and_pages(self, open_versions: Callable[[], VersionCatalog]) -> None:
+        versions = open_versions()
+        for prompt in "abc":
+            for backend in ("torch", "fla"):
+                versions.add(manifest(prompt=prompt, backend=backend, content=prompt))
+        assert len(versions.find(EntryFilter(backend="fla"))) == 3
+        assert len(versions.find(EntryFilter(prompt_hash="b" * 64))) == 2
+        assert len(versions.find(EntryFilter(featureset=FEATURESET.id))) == 6
+        first = versions.find(EntryFilter(), limit=4)
+        rest = versions.find(EntryFilter(), limit=4, after_seq=first[-1].seq or 0)
+        assert len(first) == 4 and len(rest) == 2
+        assert {m.seq for m in first}.isdisjoint({m.seq for m in rest})
+
+    def test_hashes_match_as_prefixes(self, open_versions: Callable[[], VersionCatalog]) -> None:
+        versions = open_versions()
+        for prompt in "ab":
+            versions.add(manifest(prompt=prompt, content=prompt))
+        assert [m.prompt_hash[0] for m in versions.find(EntryFilter(prompt_hash="bbbbbb"))] == ["b"]
+        assert [m.prompt_hash[0] for m in versions.find(EntryFilter(content_hash="sha256:aaaaaa"))] == ["a"]
+        assert versions.find(EntryFilter(prompt_hash="abab")) == []
+
+    def test_since(self, open_versions: Callable[[], VersionCatalog]) -> None:
+        versions = open_versions()
+        versions.add(manifest(prompt="a", created="2026-11-01T00:00:00.000000Z"))
+        versions.add(manifest(prompt="b", created="2026-11-30T00:00:00.000000Z"))
+        found = versions.find(EntryFilter(since="2026-11-15T00:00:00.000000Z"))
+        assert [m.prompt_hash[0] for m in found] == ["b"]
+
+    def test_audit_shows_in_the_manifest(self, open_versions: Callable[[], VersionCatalog]) -> None:
+        versions = open_versions()
+        versions.add(manifest())
+        record = AuditRecord(
+            status=AuditStatus.REPRODUCED,
+            audited_at="2026-11-30T01:00:00.000000Z",
+            reproduced_hash=manifest().content_hash,
+            fingerprint=FINGERPRINT,
+        )
+        versions.set_audit(manifest().key, manifest().content_hash, record)
+        assert versions.versions(manifest().key)[0].audit == record
+
+    def test_survives_reopen(self, open_versions: Callable[[], VersionCatalog]) -> None:
+        open_versions().add(manifest())
+        assert open_versions().versions(manifest().key)[0].content_hash == manifest().content_hash
+
+
+def _job(id_: str, priority: int, created: str, run_now: bool = False) -> JobRecord:
+    return JobRecord(
+        id_, JobState.QUEUED, priority, run_now, ["torch"], {"layers": [1]}, None, created, None, None, 0, 0.0
+    )
+
+
+class JobStoreTests:
+    def test_jobs_run_by_priority_then_age_and_windowed_jobs_wait(self, jobs: JobStore) -> None:
+        jobs.create_job(_job("old", 0, "2026-11-30T01:00:00Z"), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)])
+        jobs.create_job(_job("urgent", 5, "2026-11-30T02:00:00Z"), [NewItem(0, "torch", {"text": "b"}, "b" * 64, None)])
+        now = _job("now", -1, "2026-11-30T03:00:00Z", run_now=True)
+        jobs.create_job(now, [NewItem(0, "torch", {"text": "c"}, "c" * 64, 4)])
+        assert [j.id for j in jobs.runnable_jobs(include_windowed=True)] == ["urgent", "old", "now"]
+        assert [j.id for j in jobs.runnable_jobs(include_windowed=False)] == ["now"]
+        (item,) = jobs.pending_items("now", 10, needing_completion=True)
+        jobs.set_completion("now", 0, [7, 8], "greedy:sglang")
+        assert jobs.pending_items("now", 10, needing_completion=True) == []
+        jobs.finish_item(item, ItemState.DONE, content_hash="sha256:" + "0" * 64)
+        assert jobs.job_counts("now") == {"done": 1, "completions_fetched": 1}
+
+    def test_states_errors_and_work(self, jobs: JobStore) -> None:
+        items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(3)]
+        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        first, second, _ = jobs.pending_items("j", 10)
+        jobs.finish_item(first, ItemState.FAILED, error="too long")
+        jobs.finish_item(second, ItemState.DONE, content_hash="sha256:" + "1" * 64)
+        assert jobs.job_errors("j") == [(0, "torch", "0" * 64, "too long")]
+        jobs.set_job_state("j", JobState.RUNNING, started_at="2026-11-30T02:00:00Z")
+        jobs.add_job_work("j", 120, 1.5)
+        jobs.add_job_work("j", 30, 0.5)
+        record = jobs.get_job("j")
+        assert record is not None and record.state == JobState.RUNNING
+        assert (record.tokens, record.busy_s, record.started_at) == (150, 2.0, "2026-11-30T02:00:00Z")
+        jobs.set_job_state("j", JobState.DONE, finished_at="2026-11-30T03:00:00Z")
+        assert jobs.runnable_jobs(include_windowed=True) == []
+        assert jobs.get_job("missing") is None
+
+    def test_ids_by_prefix_and_listing_newest_first(self, jobs: JobStore) -> None:
+        for id_, created in (("abc123", "2026-11-30T01:00:00Z"), ("abd456", "2026-11-30T02:00:00Z")):
+            jobs.create_job(_job(id_, 0, created), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)])
+        assert jobs.job_ids_starting("abc") == ["abc123"]
+        assert sorted(jobs.job_ids_starting("ab")) == ["abc123", "abd456"]
+        assert [j.id for j in jobs.list_jobs()] == ["abd456", "abc123"]
+
+    def test_a_job_is_created_whole_or_not_at_all(self, jobs: JobStore) -> None:
+        twice = [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)] * 2  # the same item twice: the insert fails
+        try:
+            jobs.create_job(_job("broken", 0, "2026-11-30T01:00:00Z"), twice)
+        except Exception:
+            pass
+        else:
+            raise AssertionError("a job with a duplicate item was accepted")
+        assert jobs.get_job("broken") is None and jobs.pending_items("broken", 10) == []
+
+
+class KeyValueTests:
+    def test_set_get_overwrite_and_clear(self, kv: KeyValue) -> None:
+        assert kv.kv_get("window.manual_until") is None
+        kv.kv_set("window.manual_until", "2026-11-30T01:00:00Z")
+        kv.kv_set("window.manual_until", "2026-11-30T02:00:00Z")
+        assert kv.kv_get("window.manual_until") == "2026-11-30T02:00:00Z"
+        kv.kv_set("window.manual_until", None)
+        assert kv.kv_get("window.manual_until") is None

@@ -1,0 +1,142 @@
+"""The auditor: does what is stored still hold? Compares two backends' features for one prompt, and re-extracts
+stored versions to check that each reproduces its content hash bit for bit."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from schemas.api import AuditReport, AuditResult, CompareReport, ExtractRequest
+from schemas.backend import Backend
+from schemas.content_hash import content_hash
+from schemas.keys import EntryFilter, FeatureKey
+from schemas.manifest import AuditRecord, Manifest
+from schemas.states import AuditStatus, CompletionSource
+from schemas.timestamps import utc_now
+from service.catalog.protocol import VersionCatalog
+from service.core.comparison import compare_hidden_states
+from service.core.gate import ExtractionGate
+from service.core.prepare import RequestPreparer
+from service.core.reader import FeatureReader
+from service.core.writer import FeatureWriter
+from service.errors import AmbiguousEntry, EntryNotFound, InvalidRequest
+
+_EVERY = 1_000_000
+
+
+class Auditor:
+    def __init__(
+        self,
+        reader: FeatureReader,
+        writer: FeatureWriter,
+        versions: VersionCatalog,
+        gate: ExtractionGate,
+        preparer: RequestPreparer,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.versions = versions
+        self.gate = gate
+        self.preparer = preparer
+
+    def compare(self, key: FeatureKey, a: Backend, b: Backend, extract_missing: bool = False) -> CompareReport:
+        """Compare the newest versions of two backends' entries for one prompt, extracting a missing side if allowed
+        (`key.backend` is ignored: the two sides name theirs)."""
+        extracted: list[str] = []
+        sides: list[Manifest] = []
+        for backend in (a, b):
+            side = key.model_copy(update={"backend": backend.value})
+            try:
+                sides.append(self.reader.resolve(side))
+            except EntryNotFound:
+                if not extract_missing:
+                    raise
+                sides.append(self._extract_like(side, backend))
+                extracted.append(backend.value)
+        first, second = sides
+        if (first.model_revision, first.featureset_id) != (second.model_revision, second.featureset_id):
+            raise AmbiguousEntry("the two entries differ in model_revision or featureset; name both")
+        left, right = self.reader.read(first), self.reader.read(second)
+        if bytes(left.tensors["input_ids"].data) != bytes(right.tensors["input_ids"].data):
+            raise InvalidRequest("the two entries hold different tokens, so their features cannot be compared")
+        return CompareReport(
+            prompt_hash=key.prompt_hash,
+            model_revision=first.model_revision,
+            featureset_id=first.featureset_id,
+            num_tokens=first.num_tokens,
+            a=a.value,
+            b=b.value,
+            a_content_hash=first.content_hash,
+            b_content_hash=second.content_hash,
+            extracted=extracted,
+            layers=compare_hidden_states(
+                left.tensors["hidden_states"], right.tensors["hidden_states"], list(first.featureset.layers)
+            ),
+        )
+
+    def _extract_like(self, key: FeatureKey, backend: Backend) -> Manifest:
+        """Extract `backend`'s entry for a prompt whose sample is known from another stored entry."""
+        spec = self.gate.models.spec
+        if key.model_revision not in (None, spec.revision):
+            raise InvalidRequest(f"this service runs model_revision {spec.revision}; it cannot extract another")
+        known = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash, featureset=key.featureset), limit=1)
+        if not known:
+            raise EntryNotFound(
+                f"no entry for prompt_hash {key.prompt_hash}: its sample is unknown, so nothing to extract"
+            )
+        request = ExtractRequest(samples=[known[0].sample], featureset=known[0].featureset, backend=backend.value)
+        return self.writer.extract(request).results[0].manifest
+
+    def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
+        """Re-extract `sample` stored versions (one sequence per forward, the reference policy) and record whether
+        each reproduces its content hash bit for bit."""
+        models = self.gate.models
+        self.gate.check_window()
+        spec = models.spec
+        available = set(spec.available_backends())
+        stored = self.versions.find(EntryFilter(model_revision=spec.revision, backend=backend), limit=_EVERY)
+        runnable = [m for m in stored if m.backend in available]
+        chosen = random.Random(seed).sample(runnable, min(sample, len(runnable)))
+        results = []
+        for manifest in chosen:
+            encoded = self.preparer.sample(spec, manifest.sample).encoded
+            if manifest.completion_source == CompletionSource.GREEDY_SGLANG:  # not ours to re-ask: reuse its tokens
+                completion = self.reader.token_ids(manifest)[manifest.prompt_tokens :]
+                encoded = replace(
+                    encoded,
+                    completion_ids=completion,
+                    completion_source=manifest.completion_source,
+                    greedy_max_new_tokens=None,
+                )
+            again = models.extractor().extract(
+                encoded, manifest.featureset, Backend(manifest.backend), f"audit of {manifest.prompt_hash[:16]}"
+            )
+            reproduced_hash = content_hash(again.tensors)
+            ok = reproduced_hash == manifest.content_hash
+            record = AuditRecord(
+                status=AuditStatus.REPRODUCED if ok else AuditStatus.MISMATCH,
+                audited_at=utc_now(),
+                reproduced_hash=reproduced_hash,
+                fingerprint=again.fingerprint,
+            )
+            self.versions.set_audit(manifest.key, manifest.content_hash, record)
+            results.append(
+                AuditResult(
+                    prompt_hash=manifest.prompt_hash,
+                    backend=manifest.backend,
+                    featureset_id=manifest.featureset_id,
+                    content_hash=manifest.content_hash,
+                    reproduced=ok,
+                    reproduced_hash=reproduced_hash,
+                )
+            )
+        reproduced = sum(r.reproduced for r in results)
+        unrunnable = len(stored) - len(runnable)
+        return AuditReport(
+            total=len(results),
+            reproduced=reproduced,
+            mismatched=len(results) - reproduced,
+            skipped=unrunnable,
+            skipped_reason=f"{unrunnable} stored versions need a backend this host lacks" if unrunnable else None,
+            results=results,
+        )

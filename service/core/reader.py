@@ -1,0 +1,159 @@
+"""The reader: which stored version a key names, which part of it a read selects, and the verified bytes of that
+part; plus the listing. It never extracts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas import wire
+from schemas.api import EntriesPage
+from schemas.content_hash import content_hash
+from schemas.featureset import LayerId
+from schemas.keys import EntryFilter, FeatureKey
+from schemas.manifest import Manifest
+from schemas.tensors import RawTensor, TensorLayout
+from schemas.tokens import TokenRange
+from service.catalog.protocol import VersionCatalog
+from service.errors import AmbiguousEntry, CorruptEntry, EntryNotFound, InvalidRequest
+from service.storage.protocol import BlobStore, Selection
+
+HIDDEN_STATES = "hidden_states"  # the array whose axis 1 holds the featureset's layers
+_CANDIDATES = 10_000
+# A slice's served hash is only known once it is read; it always has this many characters, which is all a header's
+# length depends on.
+_HASH_PLACEHOLDER = "sha256:" + "0" * 64
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """Which part of an entry a read serves: its layers (in the order asked) and its token range."""
+
+    layers: list[LayerId]
+    tokens: tuple[int, int]
+    selection: Selection
+
+    @property
+    def full(self) -> bool:
+        return self.selection.is_everything
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """Tensors as served, with what part of the entry they are."""
+
+    manifest: Manifest
+    tensors: dict[str, RawTensor]
+    part: Part
+    served_hash: str
+
+    def metadata(self) -> dict[str, str]:
+        part = self.part
+        return wire.served_metadata(
+            self.manifest.model_dump_json(), part.layers, part.tokens, self.served_hash, part.full
+        )
+
+
+class FeatureReader:
+    def __init__(self, store: BlobStore, versions: VersionCatalog, verify_reads: str = "chunks") -> None:
+        self.store = store
+        self.versions = versions
+        self.verify_reads = verify_reads
+
+    def resolve(self, key: FeatureKey) -> Manifest:
+        """The newest version of the one entry the key names; a key part left out must be unambiguous."""
+        found = self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES)
+        if not found:
+            stored = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash), limit=_CANDIDATES)
+            if not stored:
+                raise EntryNotFound(f"no entry for prompt_hash {key.prompt_hash}")
+            raise EntryNotFound(
+                f"no entry for prompt_hash {key.prompt_hash} with {key.narrowing()}; stored: {_describe_keys(stored)}"
+            )
+        keys = {m.key for m in found}
+        if len(keys) > 1:
+            raise AmbiguousEntry(
+                f"prompt_hash {key.prompt_hash} has {len(keys)} entries ({_describe_keys(found)}); "
+                "name model_revision, backend and/or featureset"
+            )
+        return max(found, key=lambda m: m.seq or 0)
+
+    def part(self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None) -> Part:
+        """The part of an entry `layers` and `tokens` select; InvalidRequest if it is not in the entry or empty."""
+        stored = list(manifest.featureset.layers)
+        axis1: dict[str, tuple[int, ...]] = {}
+        served_layers = stored
+        if layers is not None:
+            if not layers:
+                raise InvalidRequest("layers names no layer")
+            if len(set(layers)) != len(layers):
+                raise InvalidRequest("layers names a layer twice")
+            missing = [layer for layer in layers if layer not in stored]
+            if missing:
+                raise InvalidRequest(f"layers {missing} are not in this entry (it holds layers {stored})")
+            positions = tuple(stored.index(layer) for layer in layers)
+            if positions != tuple(range(len(stored))):
+                axis1[HIDDEN_STATES] = positions
+                served_layers = list(layers)
+        span = (0, manifest.num_tokens)
+        if tokens is not None:
+            try:
+                span = tokens.resolve(manifest.num_tokens)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc)) from None
+        rows = None if span == (0, manifest.num_tokens) else span
+        return Part(served_layers, span, Selection(rows, axis1))
+
+    def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
+        """Every chunk read is checked against its crc32c; with `verify_reads="content_hash"` a full read is also
+        re-hashed here (the client verifies the content hash on receipt either way)."""
+        part = self.part(manifest, layers, tokens)
+        tensors = self.read_part(manifest, part.selection)
+        if part.full:
+            served_hash = manifest.content_hash
+            if self.verify_reads == "content_hash" and content_hash(tensors.values()) != manifest.content_hash:
+                raise CorruptEntry(f"stored bytes of {manifest.content_hash} no longer hash to it")
+        else:
+            served_hash = content_hash(tensors.values())
+        return Served(manifest, tensors, part, served_hash)
+
+    def read_part(self, manifest: Manifest, selection: Selection) -> dict[str, RawTensor]:
+        try:
+            return self.store.get_slice(manifest.content_hash, selection)
+        except KeyError:
+            raise CorruptEntry(f"the catalog lists {manifest.content_hash} but its blob is missing") from None
+        except ValueError as exc:  # a chunk or shard index failed its crc32c check
+            raise CorruptEntry(f"{manifest.content_hash}: {exc}") from None
+
+    def token_ids(self, manifest: Manifest) -> list[int]:
+        """The entry's input ids alone (no hidden states read)."""
+        only_tokens = Selection(axis1={HIDDEN_STATES: ()})
+        return self.read_part(manifest, only_tokens)["input_ids"].numpy().tolist()
+
+    def served_length(
+        self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None
+    ) -> int:
+        """The length of the body `read` of this selection would be served as, without reading the blob (HEAD)."""
+        part = self.part(manifest, layers, tokens)
+        layout = []
+        for name, info in manifest.tensors.items():
+            shape = [part.tokens[1] - part.tokens[0], *info.shape[1:]]
+            if name == HIDDEN_STATES:
+                shape[1] = len(part.layers)
+            layout.append(TensorLayout(name, info.dtype, tuple(shape)))
+        served_hash = manifest.content_hash if part.full else _HASH_PLACEHOLDER
+        metadata = wire.served_metadata(manifest.model_dump_json(), part.layers, part.tokens, served_hash, part.full)
+        return wire.body_length(layout, metadata)
+
+    def entries(self, where: EntryFilter, limit: int, cursor: str | None) -> EntriesPage:
+        after = int(cursor) if cursor and cursor.isdigit() and len(cursor) <= 18 else None
+        if cursor and after is None:  # catalogs count in signed 64-bit: 18 digits always fit
+            raise InvalidRequest(f"cursor {cursor[:40]!r} is not one this service handed out")
+        found = self.versions.find(where, limit=limit + 1, after_seq=after or 0)
+        page = found[:limit]
+        next_cursor = str(page[-1].seq) if len(found) > limit and page else None
+        return EntriesPage(entries=page, next_cursor=next_cursor)
+
+
+def _describe_keys(manifests: list[Manifest]) -> str:
+    keys = sorted({(m.backend, m.model_revision[:19], m.featureset_id) for m in manifests})
+    return "; ".join(f"backend={b} model_revision={r}… featureset={f}" for b, r, f in keys)

@@ -1,0 +1,164 @@
+"""The writer: extract what is missing and record each new version — blob, then its manifest document, then the
+catalog row, so a crash at any point leaves nothing visible — and rebuild the catalog from those documents."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+
+from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
+from schemas.content_hash import content_hash
+from schemas.featureset import FeatureSet
+from schemas.keys import EntryKey, version_name
+from schemas.manifest import Manifest, TensorInfo
+from schemas.samples import ParsedSample
+from schemas.states import CompletionSource, ExtractStatus
+from schemas.tensors import RawTensor
+from schemas.timestamps import utc_now
+from service.catalog.protocol import VersionCatalog
+from service.core.gate import ExtractionGate
+from service.core.prepare import PreparedSample, RequestPreparer
+from service.errors import CorruptEntry
+from service.extraction.extractor import Extraction, PendingExtraction
+from service.metrics import Metrics
+from service.storage.protocol import BlobStore
+
+# sample index -> reference completion token ids and where they came from
+Completions = Mapping[int, tuple[list[int], CompletionSource]]
+
+
+def _label(index: int, parsed: ParsedSample) -> str:
+    return f"samples[{index}]" + (f" ({parsed.label})" if parsed.label else "")
+
+
+class FeatureWriter:
+    def __init__(
+        self,
+        store: BlobStore,
+        versions: VersionCatalog,
+        gate: ExtractionGate,
+        preparer: RequestPreparer,
+        metrics: Metrics,
+        writer_threads: int = 4,
+    ) -> None:
+        self.store = store
+        self.versions = versions
+        self.gate = gate
+        self.preparer = preparer
+        self.metrics = metrics
+        # Hashing, compression and writing overlap the next forward; a bound on results in flight bounds host memory.
+        self._writers = ThreadPoolExecutor(max_workers=writer_threads, thread_name_prefix="hsstore-writer")
+        self.max_in_flight = 2 * writer_threads
+
+    def close(self) -> None:
+        self._writers.shutdown(wait=True)
+
+    def extract(
+        self, request: ExtractRequest, *, run_now: bool = False, completions: Completions | None = None
+    ) -> ExtractResponse:
+        """`completions`: reference completions fetched earlier, used instead of generating greedy ones here."""
+        models = self.gate.models
+        if not run_now:
+            self.gate.check_window()
+        prepared = self.preparer.prepare(models.spec, request.samples, request.featureset, [request.backend])
+        featureset, (backend,) = prepared.featureset, prepared.backends
+        samples = [
+            _with_completion(s, completions.get(i)) if completions else s for i, s in enumerate(prepared.samples)
+        ]
+
+        results: list[ExtractResult | None] = [None] * len(samples)
+        todo: list[tuple[int, EntryKey, bool]] = []
+        for index, sample in enumerate(samples):
+            key = EntryKey(sample.parsed.prompt_hash, models.spec.revision, backend.value, featureset.id)
+            existing = self.versions.versions(key)
+            if existing and not request.force:
+                results[index] = _result(sample.parsed, ExtractStatus.EXISTING, existing[0])
+            else:
+                todo.append((index, key, bool(existing)))
+
+        def write(position: int, pending: PendingExtraction) -> None:
+            index, key, had_versions = todo[position]
+            parsed = samples[index].parsed
+            extraction = pending.wait()
+            # _manifest hashed the tensors just now: record them without hashing again
+            stored, added = self._record(_manifest(key, featureset, parsed, extraction), extraction.tensors)
+            if added:
+                self.metrics.extracted_tokens.labels(key.backend).inc(stored.num_tokens)
+                status = ExtractStatus.VERSION_ADDED if had_versions else ExtractStatus.EXTRACTED
+            else:
+                status = ExtractStatus.EXISTING
+            results[index] = _result(parsed, status, stored)
+
+        if todo:
+            extractor = models.extractor()
+            models.emit("extract")
+            items = [(samples[i].encoded, _label(i, samples[i].parsed)) for i, _, _ in todo]
+            in_flight: deque[Future[None]] = deque()
+            try:
+                for position, pending in extractor.extract_many(items, featureset, backend):
+                    in_flight.append(self._writers.submit(write, position, pending))
+                    while len(in_flight) > self.max_in_flight:
+                        in_flight.popleft().result()
+            finally:
+                for future in in_flight:
+                    future.result()
+        done = [r for r in results if r is not None]
+        extracted = sum(r.status != ExtractStatus.EXISTING for r in done)
+        return ExtractResponse(results=done, extracted=extracted, existing=len(done) - extracted)
+
+    def record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
+        """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new."""
+        if content_hash(tensors) != manifest.content_hash:
+            raise CorruptEntry(f"tensors do not hash to {manifest.content_hash}")
+        return self._record(manifest, tensors)
+
+    def _record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
+        self.store.put_if_absent(manifest.content_hash, tensors)
+        document = manifest.model_copy(update={"seq": None, "audit": None}).model_dump_json().encode()
+        self.store.put_manifest(version_name(manifest.key, manifest.content_hash), document)
+        return self.versions.add(manifest)
+
+    def rebuild_catalog(self) -> int:
+        """Re-add every version whose manifest document and blob exist (after losing the catalog)."""
+        added = 0
+        for document in self.store.iter_manifests():
+            manifest = Manifest.model_validate_json(document)
+            if self.store.exists(manifest.content_hash):
+                added += self.versions.add(manifest)[1]
+        return added
+
+
+def _with_completion(sample: PreparedSample, completion: tuple[list[int], CompletionSource] | None) -> PreparedSample:
+    """A sample that asks for a greedy completion, given the one fetched for it earlier."""
+    if completion is None or sample.encoded.greedy_max_new_tokens is None:
+        return sample
+    ids, source = completion
+    encoded = replace(sample.encoded, completion_ids=list(ids), completion_source=source, greedy_max_new_tokens=None)
+    return replace(sample, encoded=encoded)
+
+
+def _result(parsed: ParsedSample, status: ExtractStatus, manifest: Manifest) -> ExtractResult:
+    return ExtractResult(prompt_hash=parsed.prompt_hash, sample_id=parsed.label, status=status, manifest=manifest)
+
+
+def _manifest(key: EntryKey, featureset: FeatureSet, parsed: ParsedSample, extraction: Extraction) -> Manifest:
+    return Manifest(
+        prompt_hash=key.prompt_hash,
+        model_revision=key.model_revision,
+        backend=key.backend,
+        featureset=featureset,
+        featureset_id=key.featureset_id,
+        content_hash=content_hash(extraction.tensors),
+        sample_id=parsed.label,
+        sample=parsed.identity,
+        num_tokens=extraction.prompt_tokens + extraction.completion_tokens,
+        prompt_tokens=extraction.prompt_tokens,
+        completion_tokens=extraction.completion_tokens,
+        completion_source=extraction.completion_source,
+        tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in extraction.tensors},
+        layer_stats=extraction.layer_stats,
+        fingerprint=extraction.fingerprint,
+        created_at=utc_now(),
+    )

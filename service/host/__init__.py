@@ -1,0 +1,1 @@
+"""The host's arrangement with SGLang: handing the GPU over and back, and asking it for reference completions."""
