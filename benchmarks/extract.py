@@ -2,7 +2,7 @@
 
   naive  HF `model(input_ids, output_hidden_states=True)` (logits included), one sequence at a time, layers picked
          from the tuple: the forward alone, nothing copied or written.
-  e2e    the service's extraction path: FeatureLibrary.extract over the same sequences (lean forward with the fused
+  e2e    the service's extraction path: FeatureWriter.extract over the same sequences (lean forward with the fused
          elementwise forwards once proven bit-equal, optional bit-checked batching, side-stream copy to pinned
          memory, hashing + compression + zarr write + catalog in writer threads).
   lean   the lean forward alone, fused and eager, to show what fusion and the writing pipeline each account for.
@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
+from schemas.keys import FeatureKey
 from schemas.samples import parse_sample
 from service.extraction.extractor import Extractor
-from service.main import build_library
+from service.main import build_services
 from service.model.kernels import version_of
 from service.model.synthetic import build_synthetic
 from service.settings import Settings
@@ -73,10 +74,10 @@ def naive(model: torch.nn.Module, sequences: list[list[int]], layers: list[int])
     return time.perf_counter() - start, peak_since(base)
 
 
-def calibrate_batching(library, batch_tokens: int) -> dict:
+def calibrate_batching(services, batch_tokens: int) -> dict:
     """Do right-padded causal batches give the same bits as one sequence per forward on this device? (The
     extractor probes this itself and batches only where they do.)"""
-    keeps = library.models.extractor().batching_keeps_bits(batch_tokens, Backend.FLA)
+    keeps = services.gate.models.extractor().batching_keeps_bits(batch_tokens, Backend.FLA)
     return {"batch_tokens": batch_tokens, "keeps_bits": keeps}
 
 
@@ -123,18 +124,20 @@ def main() -> None:
 
     store = Path(tempfile.mkdtemp(prefix="hsstore-bench-"))
     settings = Settings(data_dir=store, device="cuda", writer_threads=args.writers, batch_tokens=0)
-    library = build_library(settings, loaded)
+    services = build_services(settings, loaded)
     vocab = int(loaded.config.vocab_size)
 
     # Warm-up: fla's Triton kernels JIT-compile on first use (~45 s), cuBLAS picks its algorithms.
     warm = random_ids([512, 700], vocab, seed=99)
     t0 = time.perf_counter()
     naive(loaded.model, warm, layers)
-    library.extract(ExtractRequest(samples=[{"token_ids": ids} for ids in warm], featureset=featureset, backend="fla"))
+    services.writer.extract(
+        ExtractRequest(samples=[{"token_ids": ids} for ids in warm], featureset=featureset, backend="fla")
+    )
     record["warmup_s"] = time.perf_counter() - t0
     print(f"warm-up {record['warmup_s']:.1f}s", flush=True)
 
-    record["batching_calibration"] = calibrate_batching(library, args.batch_tokens)
+    record["batching_calibration"] = calibrate_batching(services, args.batch_tokens)
     batching_safe = record["batching_calibration"]["keeps_bits"]
     print(f"batching calibration: {record['batching_calibration']}", flush=True)
 
@@ -146,7 +149,7 @@ def main() -> None:
 
     # fla's Triton kernels autotune per sequence length: one untimed pass over every length first, so neither side
     # is charged for tuning (a cold cache otherwise lands on whichever side sees a length first).
-    extractor, spec = library.models.extractor(), library.models.spec
+    extractor, spec = services.gate.models.extractor(), services.gate.models.spec
     items = [(spec.encode(parse_sample({"token_ids": ids}), 1 << 20), "lean") for ids in sequences]
     t = time.perf_counter()
     for _, pending in extractor.extract_many(items, featureset, Backend.FLA, 0):
@@ -161,10 +164,10 @@ def main() -> None:
     def e2e(batch_tokens: int, subdir: str) -> tuple[float, float]:
         update = {"data_dir": store / subdir, "batch_tokens": batch_tokens}
         run_settings = settings.model_copy(update=update)
-        run = build_library(run_settings, loaded)
-        # A new library has a new extractor, whose one-time probes (fusion: ~0.5 s here) run at its first use; they
+        run = build_services(run_settings, loaded)
+        # A new object graph has a new extractor, whose one-time probes (fusion: ~0.5 s here) run at its first use; they
         # run here, untimed, as the naive side's warm-up does, so the timing is the extraction path's throughput.
-        run.models.extractor().fusion_keeps_bits(Backend.FLA)
+        run.gate.models.extractor().fusion_keeps_bits(Backend.FLA)
         request = ExtractRequest(
             samples=[{"token_ids": ids} for ids in sequences], featureset=featureset, backend="fla"
         )
@@ -172,7 +175,7 @@ def main() -> None:
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         t = time.perf_counter()
-        response = run.extract(request)
+        response = run.writer.extract(request)
         elapsed = time.perf_counter() - t
         assert response.extracted == len(sequences), response.extracted
         run.close()
@@ -214,20 +217,20 @@ def main() -> None:
     record["raw_bytes_per_token"] = len(layers) * int(loaded.config.hidden_size) * 2 + 4
     print(f"e2e/naive tokens/s: {record['speedup']:.3f}x; peak activations {record['peak_ratio']:.3f}x", flush=True)
 
-    audited = build_library(settings.model_copy(update={"data_dir": store / f"e2e-{best}"}), loaded)
-    audit = audited.audit(args.audit, seed=0)
+    audited = build_services(settings.model_copy(update={"data_dir": store / f"e2e-{best}"}), loaded)
+    audit = audited.auditor.audit(args.audit, seed=0)
     record["audit_total"] = audit.total
     record["audit_reproduced"] = audit.reproduced
     record["audit_mismatched"] = [r.prompt_hash for r in audit.results if not r.reproduced]
     print(f"audit: {audit.reproduced}/{audit.total} reproduced bit for bit", flush=True)
 
     compare_ids = random_ids([args.compare_tokens], vocab, seed=3)[0]
-    audited.extract(ExtractRequest(samples=[{"token_ids": compare_ids}], featureset=featureset, backend="fla"))
+    audited.writer.extract(ExtractRequest(samples=[{"token_ids": compare_ids}], featureset=featureset, backend="fla"))
     prompt = parse_sample({"token_ids": compare_ids}).prompt_hash
     record["compare"] = {}
     for other in (Backend.TORCH, Backend.FLA_NOCONV):
         t = time.perf_counter()
-        report = audited.compare(prompt, Backend.FLA, other, extract_missing=True)
+        report = audited.auditor.compare(FeatureKey(prompt_hash=prompt), Backend.FLA, other, extract_missing=True)
         record["compare"][f"fla_vs_{other.value}"] = {
             "tokens": report.num_tokens,
             "seconds": time.perf_counter() - t,

@@ -38,10 +38,11 @@ from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
 from schemas.manifest import Manifest, TensorInfo
 from schemas.prompt_hash import prompt_hash
+from schemas.timestamps import utc_now
 from schemas.torch_tensors import from_torch
-from service.catalog.sqlite import SqliteCatalog
-from service.library import FeatureLibrary, now
-from service.storage.zarr_local import LocalZarrStore
+from service.core.writer import FeatureWriter
+from service.main import build_services
+from service.settings import Settings
 
 GB = 1e9
 FEATURESET = FeatureSet(layers=[1, 16, 31, 46, 61])
@@ -56,7 +57,7 @@ def hidden_like(tokens: int, hidden: int, seed: int) -> torch.Tensor:
     return values.to(torch.bfloat16)
 
 
-def populate(library: FeatureLibrary, entries: int, tokens: int, hidden: int) -> tuple[list[Manifest], float, int]:
+def populate(writer: FeatureWriter, entries: int, tokens: int, hidden: int) -> tuple[list[Manifest], float, int]:
     bases = [hidden_like(tokens, hidden, seed) for seed in range(min(entries, 4))]
     manifests, raw, elapsed = [], 0, 0.0
     for i in range(entries):
@@ -87,10 +88,10 @@ def populate(library: FeatureLibrary, entries: int, tokens: int, hidden: int) ->
                 attn_implementation="-",
                 kernels={},
             ),
-            created_at=now(),
+            created_at=utc_now(),
         )
         start = time.perf_counter()
-        library.record(manifest, tensors)
+        writer.record(manifest, tensors)
         elapsed += time.perf_counter() - start
         raw += sum(t.nbytes for t in tensors)
         manifests.append(manifest)
@@ -128,8 +129,8 @@ def main() -> None:
         args.entries, args.repeats = 4, 1
 
     root = Path(tempfile.mkdtemp(prefix="hsstore-serve-"))
-    library = FeatureLibrary(LocalZarrStore(root), SqliteCatalog(root / "catalog.sqlite"), None)
-    manifests, write_s, raw = populate(library, args.entries, args.tokens, args.hidden)
+    services = build_services(Settings(data_dir=root))  # no model: the store and catalog a replica serves
+    manifests, write_s, raw = populate(services.writer, args.entries, args.tokens, args.hidden)
     stored = sum(p.stat().st_size for p in (root / "blobs").rglob("*") if p.is_file())
     payload = sum(m.num_tokens * (5 * args.hidden * 2 + 4) for m in manifests)
     result: dict = {
@@ -144,7 +145,7 @@ def main() -> None:
 
     def store_read(verify: bool) -> None:
         for m in manifests:
-            tensors = library.store.get(m.content_hash)
+            tensors = services.store.get(m.content_hash)
             if verify:
                 assert content_hash(tensors.values()) == m.content_hash
 

@@ -113,25 +113,25 @@ def test_audit_verdicts_on_gpu_match_one_by_one_extraction(gpu_settings: Setting
     for each entry matches an independent one-by-one extraction (on the H200 batching changed bits: measured in
     benchmarks/results/extract-h200.json, hence batching is off by default)."""
     from schemas.api import ExtractRequest
-    from service.main import build_library
+    from service.main import build_services
 
     samples = [{"token_ids": [(7 * i + n) % 1000 + 5 for i in range(n)]} for n in (17, 300, 1024, 1023, 64, 2048)]
     featureset = FeatureSet(layers=[1, 3, 5])
-    single = build_library(gpu_settings.model_copy(update={"data_dir": gpu_settings.data_dir / "single"}))
+    single = build_services(gpu_settings.model_copy(update={"data_dir": gpu_settings.data_dir / "single"}))
     single_hashes = [
         r.manifest.content_hash
-        for r in single.extract(ExtractRequest(samples=samples, featureset=featureset, backend="fla")).results
+        for r in single.writer.extract(ExtractRequest(samples=samples, featureset=featureset, backend="fla")).results
     ]
-    report = single.audit(len(samples))
+    report = single.auditor.audit(len(samples))
     assert (report.total, report.reproduced) == (len(samples), len(samples))
 
-    batched = build_library(
+    batched = build_services(
         gpu_settings.model_copy(update={"data_dir": gpu_settings.data_dir / "batched", "batch_tokens": 8192})
     )
     batched_hashes = [
         r.manifest.content_hash
-        for r in batched.extract(ExtractRequest(samples=samples, featureset=featureset, backend="fla")).results
+        for r in batched.writer.extract(ExtractRequest(samples=samples, featureset=featureset, backend="fla")).results
     ]
-    verdicts = {r.content_hash: r.reproduced for r in batched.audit(len(samples)).results}
+    verdicts = {r.content_hash: r.reproduced for r in batched.auditor.audit(len(samples)).results}
     for one, together in zip(single_hashes, batched_hashes, strict=True):
         assert verdicts[together] == (one == together)
