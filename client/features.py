@@ -1,8 +1,8 @@
-"""What `FeatureClient.get` returns: torch views over the received bytes, verified, with their manifest."""
+"""What `FeatureClient.get` returns: tensors (torch views on first use) over the received bytes, verified, with
+their manifest."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,21 +54,22 @@ class Features:
     @property
     def full(self) -> bool:
         """True when every layer and token of the entry was served (the content hash then covers it)."""
-        return self.layers == list(self.manifest.featureset.layers) and self.tokens == (0, self.manifest.num_tokens)
+        m = self.manifest
+        return wire.covers_whole(list(m.featureset.layers), m.num_tokens, self.layers, self.tokens)
 
 
-def decode_verified(body: bytes) -> Features:
+def decode_verified(body: bytes | bytearray | memoryview) -> Features:
     """Parse a features body and check its hash: the entry's content hash for a full read, else the served hash
     the service computed over the slice it read (whose chunks it checked against their crc32c)."""
     try:
         decoded = wire.decode(body)
         manifest = Manifest.model_validate_json(decoded.metadata["manifest"])
-        served = json.loads(decoded.metadata["served"])
+        served = wire.parse_served(decoded.metadata)
     except (wire.WireFormatError, KeyError, ValueError) as exc:
         raise IntegrityError(f"malformed features body: {exc}") from None
-    features = Features(manifest, decoded.tensors, list(served["layers"]), (served["tokens"][0], served["tokens"][1]))
+    features = Features(manifest, decoded.tensors, served.layers, served.tokens)
     actual = content_hash(decoded.tensors.values())
-    expected = manifest.content_hash if features.full else served["content_hash"]
+    expected = manifest.content_hash if features.full else served.content_hash
     if actual != expected:
         raise IntegrityError(f"received tensors hash to {actual}, expected {expected}")
     return features

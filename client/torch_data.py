@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,9 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from client.cache import FeatureCache
-from client.client import FeatureClient
+from client.client import FeatureClient, KeyLike, batch_item
 from client.features import Features
+from schemas.api import BatchItem
 from schemas.featureset import LayerId
 from schemas.manifest import Manifest
 
@@ -40,17 +41,9 @@ def to_sample(features: Features) -> Sample:
     return sample
 
 
-def key_of(item: Manifest | Mapping[str, Any]) -> dict[str, Any]:
+def key_of(item: Manifest | KeyLike) -> BatchItem:
     """A fetch key; a manifest pins its version by content hash, which is what lets the cache answer alone."""
-    if isinstance(item, Manifest):
-        return {
-            "prompt_hash": item.prompt_hash,
-            "model_revision": item.model_revision,
-            "backend": item.backend,
-            "featureset": item.featureset_id,
-            "content_hash": item.content_hash,
-        }
-    return dict(item)
+    return batch_item(item.feature_key() if isinstance(item, Manifest) else item)
 
 
 class _ClientPerProcess:
@@ -76,7 +69,7 @@ class FeatureDataset(Dataset[Sample]):
     def __init__(
         self,
         base_url: str,
-        keys: Sequence[Manifest | Mapping[str, Any]],
+        keys: Sequence[Manifest | KeyLike],
         *,
         token: str | None = None,
         layers: Sequence[LayerId] | None = None,
@@ -91,10 +84,8 @@ class FeatureDataset(Dataset[Sample]):
         return len(self.keys)
 
     def __getitem__(self, index: int) -> Sample:
-        key = dict(self.keys[index])
-        if self.layers is not None:
-            key["layers"] = self.layers
-        return to_sample(self._clients.get().get(**key))
+        item = self.keys[index]
+        return to_sample(self._clients.get().fetch(item.key, self.layers or item.layers, item.tokens))
 
 
 class EntryStream(IterableDataset[Sample]):
@@ -130,7 +121,7 @@ class EntryStream(IterableDataset[Sample]):
         with ThreadPoolExecutor(self.prefetch, thread_name_prefix="hsstore-prefetch") as pool:
             pending: deque[Future[Features]] = deque()
             for key in mine:
-                pending.append(pool.submit(lambda k: client.get(**k), key))
+                pending.append(pool.submit(client.fetch, key.key))
                 if len(pending) >= self.prefetch:
                     yield to_sample(pending.popleft().result())
             while pending:

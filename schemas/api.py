@@ -213,6 +213,12 @@ class JobList(BaseModel):
     jobs: list[JobStatus]
 
 
+class WindowOpenRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    minutes: float = Field(gt=0, le=24 * 60, description="how long SGLang lends the GPU")
+
+
 class WindowState(BaseModel):
     open: bool
     source: Literal["always", "schedule", "manual"] | None  # why it is open; "always": no schedule, no hand-over

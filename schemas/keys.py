@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from schemas.backend import check_backend
+from schemas.featureset import FeatureSet
+from schemas.prompt_hash import prompt_hash as hash_prompt
+from schemas.validation import describe_errors
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 FEATURESET_ID = re.compile(r"^[0-9a-f]{16}$")
@@ -127,6 +132,32 @@ class FeatureKey(BaseModel):
     _featureset = field_validator("featureset")(lambda value: check_featureset_id(value))
     _content_hash = field_validator("content_hash")(lambda value: check_content_hash(value))
     _backend = field_validator("backend")(lambda value: check_backend(value))
+
+    @classmethod
+    def of(
+        cls,
+        prompt: Mapping[str, Any] | None = None,
+        *,
+        prompt_hash: str | None = None,
+        model_revision: str | None = None,
+        backend: str | None = None,
+        featureset: FeatureSet | str | None = None,
+        content_hash: str | None = None,
+    ) -> FeatureKey:
+        """The key as callers name it: the prompt itself (hashed here) or its hash, a featureset or its id.
+        ValueError, in words, for a part that is not what it should be."""
+        if (prompt is None) == (prompt_hash is None):
+            raise ValueError("name exactly one of prompt or prompt_hash")
+        try:
+            return cls(
+                prompt_hash=prompt_hash if prompt_hash is not None else hash_prompt(prompt),  # type: ignore[arg-type]
+                model_revision=model_revision,
+                backend=backend,
+                featureset=featureset.id if isinstance(featureset, FeatureSet) else featureset,
+                content_hash=content_hash,
+            )
+        except ValidationError as exc:
+            raise ValueError(describe_errors(exc.errors(include_url=False, include_input=False))) from None
 
     def params(self) -> dict[str, str]:
         """The query-string form of everything but the prompt hash."""

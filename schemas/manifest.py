@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from schemas.backend import Fingerprint
 from schemas.featureset import FeatureSet, LayerId
-from schemas.keys import EntryKey
+from schemas.keys import EntryKey, FeatureKey
 from schemas.states import AuditStatus, CompletionSource
 
 SCHEMA_VERSION = 1
@@ -69,3 +69,13 @@ class Manifest(BaseModel):
     @property
     def key(self) -> EntryKey:
         return EntryKey(self.prompt_hash, self.model_revision, self.backend, self.featureset_id)
+
+    def feature_key(self) -> FeatureKey:
+        """The read key that pins exactly this version (what lets a cache answer without asking)."""
+        return FeatureKey(
+            prompt_hash=self.prompt_hash,
+            model_revision=self.model_revision,
+            backend=self.backend,
+            featureset=self.featureset_id,
+            content_hash=self.content_hash,
+        )

@@ -55,6 +55,30 @@ def body_length(tensors: Iterable[RawTensor | TensorLayout], metadata: Mapping[s
     return len(encode_header(listed, metadata)) + sum(t.nbytes for t in listed)
 
 
+@dataclass(frozen=True, slots=True)
+class ServedPart:
+    """What a features body says it holds: which layers and tokens of the entry, and the hash of those bytes."""
+
+    layers: list
+    tokens: tuple[int, int]
+    content_hash: str
+
+
+def covers_whole(stored_layers: list, num_tokens: int, layers: list, tokens: tuple[int, int]) -> bool:
+    """Whether a read of `layers` and `tokens` is the whole entry (so the entry's content hash covers it)."""
+    return list(layers) == list(stored_layers) and tuple(tokens) == (0, num_tokens)
+
+
+def parse_served(metadata: Mapping[str, str]) -> ServedPart:
+    """The `served` header metadata; WireFormatError if it is missing or malformed."""
+    try:
+        served = json.loads(metadata["served"])
+        start, stop = served["tokens"]
+        return ServedPart(list(served["layers"]), (int(start), int(stop)), str(served["content_hash"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireFormatError(f"malformed served metadata: {exc!r}") from None
+
+
 def served_metadata(
     manifest_json: str, layers: list, tokens: tuple[int, int], served_hash: str, full: bool
 ) -> dict[str, str]:

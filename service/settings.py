@@ -81,7 +81,6 @@ class Settings(BaseSettings):
     job_batch_size: int = Field(default=8, ge=1)
     max_job_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="largest JSONL job upload")
 
-
     @classmethod
     def settings_customise_sources(
         cls,

@@ -31,10 +31,7 @@ class Part:
     layers: list[LayerId]
     tokens: tuple[int, int]
     selection: Selection
-
-    @property
-    def full(self) -> bool:
-        return self.selection.is_everything
+    full: bool  # the whole entry: its content hash covers what is served
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +98,8 @@ class FeatureReader:
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
         rows = None if span == (0, manifest.num_tokens) else span
-        return Part(served_layers, span, Selection(rows, axis1))
+        full = wire.covers_whole(stored, manifest.num_tokens, served_layers, span)
+        return Part(served_layers, span, Selection(rows, axis1), full)
 
     def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
         """Every chunk read is checked against its crc32c; with `verify_reads="content_hash"` a full read is also

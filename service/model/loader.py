@@ -144,4 +144,3 @@ def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa") -> LoadedMo
     model.eval()
     model.requires_grad_(False)
     return LoadedModel(spec.path, model, spec.tokenizer, spec.revision, spec.device, KernelSet.for_model(model))
-

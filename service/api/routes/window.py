@@ -1,20 +1,13 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.api import WindowState
+from schemas.api import WindowOpenRequest, WindowState
 from service.api.deps import AdminScope, ReadScope, WindowsDep
 from service.api.openapi import errors
 from service.errors import InvalidRequest
 
 router = APIRouter(tags=["window"])
-
-
-class OpenWindow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    minutes: float = Field(gt=0, le=24 * 60)
 
 
 @router.get(
@@ -33,7 +26,7 @@ def window_state(windows: WindowsDep) -> WindowState:
     summary="Open a manual window for N minutes",
     responses=errors(401, 403, 422),
 )
-def open_window(body: OpenWindow, windows: WindowsDep) -> WindowState:
+def open_window(body: WindowOpenRequest, windows: WindowsDep) -> WindowState:
     try:
         return windows.open(body.minutes)
     except ValueError as exc:
