@@ -17,6 +17,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache  # the layering contracts in pyproject.toml
 	$(PY) -m pytest -q -m "not gpu"
 
 lint: $(VENV)/.installed
