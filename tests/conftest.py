@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -207,3 +208,31 @@ def coding_prompts() -> list[dict]:
     from hsstore.demo_prompts import PROMPTS
 
     return [dict(p) for p in PROMPTS]
+
+
+@pytest.fixture
+def foreign_url() -> Iterator[str]:
+    """Some other web server on the port a user named: HTML for everything, a 200 at /v1/info, 404 elsewhere."""
+
+    class Foreign(BaseHTTPRequestHandler):
+        def _answer(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._answer(200 if self.path.startswith("/v1/info") else 404, b"<html><h1>404 Not Found</h1></html>")
+
+        def do_HEAD(self) -> None:
+            self._answer(404, b"")
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Foreign)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()

@@ -3,12 +3,9 @@ mistakes named by file and line, and no torch for commands that only talk to a s
 
 from __future__ import annotations
 
-import http.server
 import json
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,28 +54,6 @@ def prompts(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "prompts.jsonl", [json.dumps(p) for p in coding_prompts()[:3]])
 
 
-@pytest.fixture
-def html_404_url() -> Iterator[str]:
-    """Some other web server on the port the user named."""
-
-    class NotUs(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = b"<html><body><h1>404 Not Found</h1></body></html>"
-            self.send_response(404)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotUs)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
 def test_connection_refused_names_the_url_and_how_to_set_it() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     first, hint = failed("entries", "--url", url)
@@ -95,8 +70,8 @@ def test_debug_shows_the_traceback() -> None:
     assert isinstance(invoke("jobs", "--url", url, env={"HSSTORE_DEBUG": "1"}).exception, ConnectionFailed)
 
 
-def test_another_server_on_the_port_is_named_as_not_hsstore(html_404_url: str) -> None:
-    first, hint = failed("entries", "--url", html_404_url)
+def test_another_server_on_the_port_is_named_as_not_hsstore(foreign_url: str) -> None:
+    first, hint = failed("entries", "--url", foreign_url)
     assert "404" in first and "text/html" in first and "not as an hsstore service" in first
     assert "HSSTORE_URL" in hint
 

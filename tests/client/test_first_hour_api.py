@@ -4,10 +4,6 @@ shows the real contract, /docs without internet, and the error envelope even for
 
 from __future__ import annotations
 
-import http.server
-import threading
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -40,32 +36,6 @@ def test_connection_failure_is_the_clients_own_error_naming_the_url() -> None:
         hs.get(prompt_hash="a" * 64)
     with FeatureClient(url) as hs, pytest.raises(ConnectionFailed):
         hs.exists(prompt_hash="a" * 64)
-
-
-@pytest.fixture
-def foreign_url() -> Iterator[str]:
-    class Foreign(http.server.BaseHTTPRequestHandler):
-        def _answer(self, status: int, body: bytes) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            self._answer(200 if self.path.startswith("/v1/info") else 404, b"<html>hello</html>")
-
-        def do_HEAD(self) -> None:
-            self._answer(404, b"")
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Foreign)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
 
 
 def test_a_foreign_server_is_not_taken_for_hsstore(foreign_url: str) -> None:
