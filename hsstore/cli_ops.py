@@ -1,0 +1,74 @@
+"""`hsstore jobs` and `hsstore window`: what operators run around SGLang's downtime windows."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from hsstore import cli_output as out
+from hsstore.cli_errors import CliError
+from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
+
+
+def jobs(
+    job_id: Annotated[str | None, typer.Argument(help="show this job (its id or a unique prefix)")] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    cancel: Annotated[str | None, typer.Option(help="cancel this job (its id or a unique prefix)")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List warm jobs, show one, or cancel one."""
+    with client_for(url, token) as client:
+        if cancel:
+            cancelled = client.cancel_job(cancel)
+            console.print(f"job {cancelled.id}: {cancelled.state}")
+        if job_id is not None:
+            job = client.job(job_id)
+            if as_json:
+                typer.echo(job.model_dump_json(indent=2))
+            else:
+                out.print_job(job)
+            return
+        listed = client.jobs()
+    if as_json:
+        typer.echo(json.dumps([job.model_dump(mode="json") for job in listed], indent=2))
+    elif listed:
+        out.print_jobs(listed)
+    else:
+        console.print("no jobs")
+
+
+window_app = typer.Typer(help="Downtime windows: when SGLang lends the GPU", no_args_is_help=True)
+
+
+@window_app.command("status")
+def window_status(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+    """Whether extraction may run now, until when, and when the next scheduled window opens."""
+    with client_for(url, token) as client:
+        typer.echo(out.window_line(client.window()))
+
+
+@window_app.command("open")
+def window_open(
+    minutes: Annotated[float, typer.Option(min=0.1, help="how long SGLang lends the GPU")],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+) -> None:
+    """Open a manual window now (SGLang is asked for the GPU when work needs it)."""
+    with client_for(url, token) as client:
+        typer.echo(out.window_line(client.open_window(minutes)))
+
+
+@window_app.command("close")
+def window_close(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+    """Close the window now; work stops at the next batch boundary and the GPU goes back to SGLang."""
+    with client_for(url, token) as client:
+        state = client.close_window()
+    if state.source == "always":
+        raise CliError(
+            "nothing to close: this service has no schedule and no hand-over, so the GPU is always its own",
+            "configure `windows` or `handover` to share the GPU with SGLang",
+        )
+    typer.echo(out.window_line(state))

@@ -1,0 +1,41 @@
+"""What every `hsstore` command that talks to a service takes and shows: the URL and token options, the console
+for progress, the client, and the sample-file argument."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from client import FeatureClient
+
+console = Console(stderr=True)  # progress and spinners; results go to stdout
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+UrlOption = Annotated[str, typer.Option(envvar="HSSTORE_URL", help="service base URL (or HSSTORE_URL)")]
+TokenOption = Annotated[str | None, typer.Option(envvar="HSSTORE_TOKEN", help="bearer token (or HSSTORE_TOKEN)")]
+JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (whole ids) instead of columns")]
+# Files are checked by the command itself, so a missing one is a one-line error like every other
+SamplesArgument = Annotated[Path, typer.Argument(help="JSONL file, one sample per line")]
+LayersOption = Annotated[str | None, typer.Option(help="layer ids, any order: 1,16,embed (default: DFlash's)")]
+
+
+def client_for(url: str, token: str | None) -> FeatureClient:
+    from client import FeatureClient  # on first use: `hsstore --help` needs no client
+
+    return FeatureClient(url, token)
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )

@@ -1,0 +1,139 @@
+"""`hsstore get`, `entries`, `compare` and `audit`: reading what is stored. Ids print as unique prefixes that every
+command takes back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hsstore import cli_output as out
+from hsstore.cli_input import resolve_content_hash, resolve_prompt_hash, since_option
+from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
+
+
+def get(
+    prompt_hash: Annotated[str, typer.Argument(help="prompt hash, or a unique prefix as `hsstore entries` prints")],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    model_revision: Annotated[str | None, typer.Option()] = None,
+    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    content_hash: Annotated[str | None, typer.Option(help="a version's content hash, or a unique prefix")] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="write the verified tensors as a .safetensors file")
+    ] = None,
+) -> None:
+    """Fetch one entry, verify it, print its manifest summary (and write it with --out)."""
+    from schemas import wire
+
+    with client_for(url, token) as client:
+        whole = resolve_prompt_hash(client, prompt_hash, backend=backend)
+        features = client.get(
+            prompt_hash=whole,
+            backend=backend,
+            model_revision=model_revision,
+            featureset=featureset,
+            content_hash=resolve_content_hash(client, whole, content_hash),
+        )
+    m = features.manifest
+    hidden = features.tensors["hidden_states"]
+    typer.echo(
+        f"prompt_hash     {m.prompt_hash}\ncontent_hash    {m.content_hash} (verified)\n"
+        f"backend         {m.backend}\nmodel_revision  {m.model_revision}\n"
+        f"featureset      {m.featureset_id} layers={list(m.featureset.layers)}\n"
+        f"hidden_states   {list(hidden.shape)} {hidden.dtype}"
+    )
+    if out_file is not None:
+        body = wire.encode(features.tensors.values(), {"manifest": m.model_dump_json()})
+        out_file.write_bytes(body)
+        tensors = ", ".join(f"{t.name} {list(t.shape)} {t.dtype}" for t in features.tensors.values())
+        typer.echo(f"wrote {out_file} ({len(body):,} bytes, safetensors): {tensors}")
+
+
+def entries(
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    prompt_hash: Annotated[str | None, typer.Option(help="a prompt hash or a prefix of one")] = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    model_revision: Annotated[str | None, typer.Option()] = None,
+    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="entries per page")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="the cursor a previous page printed")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List stored entry versions, oldest first, one page at a time. Printed ids are unique prefixes that every
+    command accepts."""
+    with client_for(url, token) as client:
+        page = client.entries_page(
+            prompt_hash=prompt_hash,
+            backend=backend,
+            model_revision=model_revision,
+            featureset=featureset,
+            since=since_option(since),
+            limit=limit,
+            cursor=cursor,
+        )
+    if as_json:
+        typer.echo(page.model_dump_json(indent=2))
+        return
+    if page.entries:
+        out.print_entries(page.entries)
+    else:
+        console.print("no entries match")
+    if page.next_cursor is not None:
+        console.print(f"more: hsstore entries --cursor {page.next_cursor} (with the same filters)")
+
+
+def compare(
+    prompt_hash: Annotated[str, typer.Argument(help="prompt hash, or a unique prefix")],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    a: Annotated[str, typer.Option(help="first backend")] = "fla",
+    b: Annotated[str, typer.Option(help="second backend")] = "torch",
+    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    extract: Annotated[bool, typer.Option(help="extract a missing side")] = False,
+) -> None:
+    """Per-layer cosine (mean, min), max |diff| and bitwise-equal fraction of two backends' features."""
+    with client_for(url, token) as client:
+        whole = resolve_prompt_hash(client, prompt_hash)
+        doing = f"comparing {a} with {b} for {whole[: out.SHORT]}" + (" (extracting a missing side)" if extract else "")
+        with console.status(doing):
+            report = client.compare(prompt_hash=whole, a=a, b=b, featureset=featureset, extract=extract)
+    typer.echo(f"{a} vs {b}: {report.num_tokens} tokens, extracted now: {', '.join(report.extracted) or 'none'}")
+    rows = [
+        (
+            str(row.layer),
+            f"{row.cosine_mean:.6f}",
+            f"{row.cosine_min:.6f}",
+            f"{row.max_abs_diff:.4g}",
+            f"{row.bitwise_equal_fraction:.2%}",
+        )
+        for row in report.layers
+    ]
+    out.table(("LAYER", "COSINE MEAN", "COSINE MIN", "MAX |DIFF|", "BITWISE EQUAL"), rows, frozenset({1, 2, 3, 4}))
+
+
+def audit(
+    sample: Annotated[int, typer.Option(min=1, help="how many stored entries to re-extract")] = 20,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    seed: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """Re-extract stored entries and report which reproduce their content hash bit for bit."""
+    with console.status(f"re-extracting up to {sample} stored entries and comparing bits"), client_for(url, token) as c:
+        report = c.audit(sample, backend, seed)
+    prompts = out.short_ids(r.prompt_hash for r in report.results)
+    for result in report.results:
+        mark = "reproduced" if result.reproduced else f"MISMATCH: now {result.reproduced_hash}"
+        typer.echo(f"{prompts[result.prompt_hash]}  {result.backend:10}  {result.content_hash[:23]}  {mark}")
+    skipped = f"; skipped {report.skipped}: {report.skipped_reason}" if report.skipped else ""
+    typer.echo(f"{report.reproduced}/{report.total} reproduced bit for bit{skipped}")
+    if report.mismatched:
+        raise typer.Exit(1)
+
+
+COMMANDS = (get, entries, compare, audit)

@@ -1,0 +1,143 @@
+"""`hsstore extract` and `hsstore warm`: samples from a JSONL file, every line checked before anything is sent."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+import typer
+
+from hsstore import cli_output as out
+from hsstore.cli_errors import CliError
+from hsstore.cli_input import SampleFile, featureset_option
+from hsstore.cli_options import (
+    DEFAULT_URL,
+    JsonOption,
+    LayersOption,
+    SamplesArgument,
+    TokenOption,
+    UrlOption,
+    client_for,
+    console,
+    progress_bar,
+)
+
+
+def extract(
+    jsonl: SamplesArgument,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[str | None, typer.Option(help="auto, fla, fla-noconv or torch")] = None,
+    layers: LayersOption = None,
+    batch: Annotated[int, typer.Option(min=1, help="samples per request")] = 8,
+    as_json: JsonOption = False,
+) -> None:
+    """Extract (or find stored) features for every sample of a JSONL file now; prints each sample's prompt hash."""
+    samples = SampleFile(jsonl)
+    featureset = featureset_option(layers)
+    counts = {"extracted": 0, "existing": 0}
+    with client_for(url, token) as client, progress_bar() as progress:
+        task = progress.add_task("extract", total=len(samples.samples))
+        for start in range(0, len(samples.samples), batch):
+            try:
+                response = client.extract(
+                    samples.samples[start : start + batch], featureset=featureset, backend=backend
+                )
+            except Exception as exc:
+                _stopped_after(exc, samples, start, counts)
+                raise
+            if start == 0 and not as_json and response.results:
+                m = response.results[0].manifest
+                layer_list = ",".join(map(str, m.featureset.layers))
+                typer.echo(f"featureset {m.featureset_id} (layers {layer_list}), backend {m.backend}")
+            for offset, result in enumerate(response.results):
+                index = start + offset
+                if as_json:
+                    record = {
+                        "line": samples.lines[index],
+                        "id": result.sample_id,
+                        "prompt_hash": result.prompt_hash,
+                        "status": result.status,
+                        "backend": result.manifest.backend,
+                        "featureset": result.manifest.featureset_id,
+                        "content_hash": result.manifest.content_hash,
+                    }
+                    typer.echo(json.dumps(record))
+                else:
+                    typer.echo(f"{result.status:13} {result.prompt_hash[: out.SHORT]}  {samples.label(index)}")
+            counts["extracted"] += response.extracted
+            counts["existing"] += response.existing
+            progress.advance(task, len(response.results))
+    console.print(f"{counts['extracted']} extracted, {counts['existing']} already stored")
+
+
+def _stopped_after(exc: Exception, samples: SampleFile, start: int, counts: dict[str, int]) -> None:
+    """Say where a multi-request extraction stopped, so nothing looks half-done without saying so."""
+    from client import HsstoreError
+
+    if isinstance(exc, HsstoreError):
+        exc.message = samples.locate(exc.message, offset=start)
+    if start:
+        stored = counts["extracted"] + counts["existing"]
+        last = samples.lines[start - 1]
+        raise CliError(
+            getattr(exc, "message", str(exc)),
+            f"the first {stored} samples (to line {last}) were stored before this; "
+            "running the command again skips them",
+        ) from exc
+
+
+def warm(
+    jsonl: SamplesArgument,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[
+        list[str] | None, typer.Option(help="fla, fla-noconv, torch or auto; repeat for several")
+    ] = None,
+    completion: Annotated[str | None, typer.Option(help="greedy:N for samples without a completion")] = None,
+    layers: LayersOption = None,
+    priority: Annotated[int, typer.Option()] = 0,
+    now: Annotated[bool, typer.Option("--now", help="run outside any window (admin)")] = False,
+    wait: Annotated[bool, typer.Option(help="follow the job with a progress bar until it ends")] = True,
+) -> None:
+    """Submit a warm job from a JSONL file (one sample per line); it runs in the next downtime window."""
+    from client import HsstoreError
+
+    samples = SampleFile(jsonl)
+    featureset = featureset_option(layers)
+    with client_for(url, token) as client:
+        try:
+            status = client.submit_job(
+                jsonl=jsonl.read_bytes(),
+                backends=backend or ["auto"],
+                completion=completion,
+                priority=priority,
+                layers=featureset.layers if featureset else None,
+                run_now=now,
+            )
+        except HsstoreError as exc:
+            exc.message = samples.locate(exc.message)
+            raise
+        typer.echo(
+            f"job {status.id}: {status.total} items ({len(samples.samples)} samples x {', '.join(status.backends)}), "
+            f"featureset {status.featureset_id}"
+        )
+        if not wait:
+            return
+        with progress_bar() as progress:
+            task = progress.add_task("warm", total=status.total)
+            while status.state in ("queued", "running"):
+                note = " (waiting for a window)" if status.waiting_for_window else ""
+                rate = f" {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
+                progress.update(task, completed=status.done + status.failed, description=f"warm{rate}{note}")
+                time.sleep(1.0)
+                status = client.job(status.id)
+    rate = f", {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
+    typer.echo(f"{status.state}: {status.done} stored, {status.failed} failed, {status.tokens:,} tokens{rate}")
+    for error in status.errors[:20]:
+        typer.echo(f"  {samples.where(error.index)} ({error.backend}): {error.message}")
+    if status.error:
+        typer.echo(f"  {status.error}")
+    if status.state != "done":
+        raise typer.Exit(1)
