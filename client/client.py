@@ -13,14 +13,14 @@ from typing import Any
 import httpx
 
 from client.cache import FeatureCache
-from client.errors import IntegrityError, InvalidRequestError
+from client.errors import IntegrityError
 from client.features import Features, decode_verified
+from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
 from client.transport import Transport
 from schemas import wire
 from schemas.api import (
     AuditReport,
     AuditRequest,
-    BatchItem,
     BatchRequest,
     CompareReport,
     EntriesPage,
@@ -40,8 +40,6 @@ from schemas.tokens import TokenRange
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 Tokens = tuple[int | None, int | None] | TokenRange | str
-# What get_many and get_batch take: keys, keys with a part (layers, tokens), or `get`'s keyword arguments
-KeyLike = FeatureKey | BatchItem | Mapping[str, Any]
 
 
 class FeatureClient:
@@ -98,7 +96,7 @@ class FeatureClient:
     ) -> Features:
         """Fetch one entry's features, verified. Name the prompt (hashed here) or its prompt_hash; a token range past
         the end is clipped, as Python slicing clips (`Features.tokens` says what was served)."""
-        key = _key(
+        key = key_of_parts(
             prompt,
             prompt_hash=prompt_hash,
             backend=backend,
@@ -159,7 +157,7 @@ class FeatureClient:
         featureset: FeatureSet | str | None = None,
         content_hash: str | None = None,
     ) -> bool:
-        key = _key(
+        key = key_of_parts(
             prompt,
             prompt_hash=prompt_hash,
             backend=backend,
@@ -219,7 +217,7 @@ class FeatureClient:
         extract: bool = False,
     ) -> CompareReport:
         """Per-layer agreement of two backends' features for one prompt; `extract` fills in a missing side."""
-        key = _key(prompt, prompt_hash=prompt_hash, model_revision=model_revision, featureset=featureset)
+        key = key_of_parts(prompt, prompt_hash=prompt_hash, model_revision=model_revision, featureset=featureset)
         params = {**key.params(), "a": a, "b": b, "extract": extract}
         return self._transport.call(CompareReport, "GET", f"/v1/compare/{key.prompt_hash}", params=params)
 
@@ -241,7 +239,7 @@ class FeatureClient:
     ) -> ExtractResponse:
         chosen = {"backend": backend} if backend is not None else {}
         request = ExtractRequest(
-            samples=[dict(s) for s in samples], featureset=_featureset(featureset), force=force, **chosen
+            samples=[dict(s) for s in samples], featureset=featureset_of(featureset), force=force, **chosen
         )
         body = request.model_dump(mode="json", exclude_none=True)
         return self._transport.call(ExtractResponse, "POST", "/v1/extract", json=body)
@@ -272,7 +270,7 @@ class FeatureClient:
             request = JobRequest(
                 samples=[dict(s) for s in samples or []],
                 backends=list(backends),
-                featureset=_featureset(layers),
+                featureset=featureset_of(layers),
                 completion=completion,
                 priority=priority,
                 run_now=run_now,
@@ -300,36 +298,3 @@ class FeatureClient:
 
     def close_window(self) -> WindowState:
         return self._transport.call(WindowState, "POST", "/v1/window/close")
-
-
-def batch_item(key: KeyLike) -> BatchItem:
-    """A key, a key with a part, or `get`'s keyword arguments (`prompt` or `prompt_hash`, `layers`, `tokens`, ...)."""
-    if isinstance(key, BatchItem):
-        return key
-    if isinstance(key, FeatureKey):
-        return BatchItem(**key.model_dump())
-    parts = dict(key)
-    layers, tokens = parts.pop("layers", None), parts.pop("tokens", None)
-    base = _key(parts.pop("prompt", None), **parts)
-    return BatchItem(
-        **base.model_dump(),
-        layers=list(layers) if layers is not None else None,
-        tokens=str(TokenRange.of(tokens)) if tokens is not None else None,
-    )
-
-
-def _key(prompt: Mapping[str, Any] | None = None, **parts: Any) -> FeatureKey:
-    """`FeatureKey.of`, a malformed part refused here as the service would refuse it (naming neither or both of
-    prompt and prompt_hash is a caller's mistake: ValueError)."""
-    if (prompt is None) == (parts.get("prompt_hash") is None):
-        raise ValueError("name exactly one of prompt or prompt_hash")
-    try:
-        return FeatureKey.of(prompt, **parts)
-    except ValueError as exc:
-        raise InvalidRequestError(str(exc)) from None
-
-
-def _featureset(layers: FeatureSet | Sequence[LayerId] | None) -> FeatureSet | None:
-    if layers is None or isinstance(layers, FeatureSet):
-        return layers
-    return FeatureSet(layers=list(layers))

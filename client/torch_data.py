@@ -18,8 +18,9 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from client.cache import FeatureCache
-from client.client import FeatureClient, KeyLike, batch_item
+from client.client import FeatureClient
 from client.features import Features
+from client.keys import KeyLike, batch_item
 from schemas.api import BatchItem
 from schemas.featureset import LayerId
 from schemas.manifest import Manifest

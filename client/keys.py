@@ -1,0 +1,48 @@
+"""How the client takes keys: the contract's FeatureKey, a BatchItem (a key with a part), or `get`'s keyword
+arguments (`prompt` or `prompt_hash`, `featureset` as an object or an id, `layers`, `tokens`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from client.errors import InvalidRequestError
+from schemas.api import BatchItem
+from schemas.featureset import FeatureSet, LayerId
+from schemas.keys import FeatureKey
+from schemas.tokens import TokenRange
+
+KeyLike = FeatureKey | BatchItem | Mapping[str, Any]
+
+
+def batch_item(key: KeyLike) -> BatchItem:
+    """A key, a key with a part, or `get`'s keyword arguments (`prompt` or `prompt_hash`, `layers`, `tokens`, ...)."""
+    if isinstance(key, BatchItem):
+        return key
+    if isinstance(key, FeatureKey):
+        return BatchItem(**key.model_dump())
+    parts = dict(key)
+    layers, tokens = parts.pop("layers", None), parts.pop("tokens", None)
+    base = key_of_parts(parts.pop("prompt", None), **parts)
+    return BatchItem(
+        **base.model_dump(),
+        layers=list(layers) if layers is not None else None,
+        tokens=str(TokenRange.of(tokens)) if tokens is not None else None,
+    )
+
+
+def key_of_parts(prompt: Mapping[str, Any] | None = None, **parts: Any) -> FeatureKey:
+    """`FeatureKey.of`, a malformed part refused here as the service would refuse it (naming neither or both of
+    prompt and prompt_hash is a caller's mistake: ValueError)."""
+    if (prompt is None) == (parts.get("prompt_hash") is None):
+        raise ValueError("name exactly one of prompt or prompt_hash")
+    try:
+        return FeatureKey.of(prompt, **parts)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc)) from None
+
+
+def featureset_of(layers: FeatureSet | Sequence[LayerId] | None) -> FeatureSet | None:
+    if layers is None or isinstance(layers, FeatureSet):
+        return layers
+    return FeatureSet(layers=list(layers))
