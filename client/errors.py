@@ -88,6 +88,14 @@ class IntegrityError(HsstoreError):
     """What arrived does not hash to what the service said it sent, or a stored entry failed its check."""
 
 
+class StorageFullError(ServerError):
+    pass
+
+
+class ReadOnlyError(HsstoreError):
+    """The service serves a read-only store: write through a replica that owns the store."""
+
+
 class BackendMismatchError(ServerError):
     pass
 
@@ -119,6 +127,8 @@ BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
     ErrorCode.NOT_READY: NotReadyError,
     ErrorCode.CORRUPT_ENTRY: IntegrityError,
     ErrorCode.BACKEND_MISMATCH: BackendMismatchError,
+    ErrorCode.STORAGE_FULL: StorageFullError,
+    ErrorCode.READ_ONLY: ReadOnlyError,
     ErrorCode.HANDOVER_FAILED: HandoverError,
     ErrorCode.SGLANG_UNAVAILABLE: SGLangError,
     ErrorCode.INTERNAL: ServerError,

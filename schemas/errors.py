@@ -31,6 +31,8 @@ class ErrorCode(StrEnum):
     # faults (5xx)
     CORRUPT_ENTRY = "corrupt_entry"
     BACKEND_MISMATCH = "backend_mismatch"
+    STORAGE_FULL = "storage_full"  # 507: the store's disk (or quota) is full
+    READ_ONLY = "read_only"  # 503: a replica on a read-only store does not write
     HANDOVER_FAILED = "handover_failed"
     SGLANG_UNAVAILABLE = "sglang_unavailable"
     INTERNAL = "internal_error"

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schemas.prompt_hash import prompt_hash, sample_identity
+from schemas.prompt_hash import canonical_json, prompt_hash, sample_identity
 from schemas.validation import describe_errors
 
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
@@ -98,6 +98,10 @@ def parse_sample(raw: Any, index: int | None = None) -> ParsedSample:
     """Validate one sample; raise InvalidSampleError with a readable reason."""
     if not isinstance(raw, Mapping):
         raise InvalidSampleError(f"a sample is a JSON object, got {type(raw).__name__}", index)
+    try:  # the identity is UTF-8 JSON: a string with a lone surrogate (`"\ud83d"`) has no such form
+        canonical_json(raw)
+    except UnicodeEncodeError:
+        raise InvalidSampleError("a string holds a lone UTF-16 surrogate, which is not valid Unicode", index) from None
     try:
         sample = Sample.model_validate(dict(raw))
     except ValidationError as exc:

@@ -75,6 +75,18 @@ class BackendMismatch(HsstoreError):
     code = ErrorCode.BACKEND_MISMATCH
 
 
+class StorageFull(HsstoreError):
+    """The store has no room for the entry; nothing of it was published."""
+
+    code = ErrorCode.STORAGE_FULL
+
+
+class ReadOnly(HsstoreError):
+    """This replica serves a read-only store: it cannot write."""
+
+    code = ErrorCode.READ_ONLY
+
+
 class HandoverFailed(HsstoreError):
     """SGLang did not give the GPU up, or take it back, as asked."""
 

@@ -31,6 +31,8 @@ STATUS: dict[type[errors.HsstoreError], int] = {
     errors.Forbidden: 403,
     errors.CorruptEntry: 500,
     errors.BackendMismatch: 500,
+    errors.StorageFull: 507,
+    errors.ReadOnly: 503,
     errors.HandoverFailed: 502,
     errors.SGLangUnavailable: 502,
 }

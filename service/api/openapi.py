@@ -21,7 +21,8 @@ _MEANING = {
     422: "invalid input: the message names the field and the rule",
     500: "a stored entry failed its integrity check, or the service failed unexpectedly",
     502: "SGLang did not answer as the hand-over or a reference completion needed",
-    503: "no model on this replica, or the store or catalog is unreachable",
+    503: "no model on this replica, a read-only replica asked to write, or the store or catalog is unreachable",
+    507: "the store's disk is full: nothing of the entry was published",
 }
 
 

@@ -3,6 +3,7 @@ part; plus the listing. It never extracts."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from schemas import wire
@@ -17,6 +18,7 @@ from service.catalog.protocol import VersionCatalog
 from service.errors import AmbiguousEntry, CorruptEntry, EntryNotFound, InvalidRequest
 from service.storage.protocol import BlobStore, Selection
 
+log = logging.getLogger("hsstore.reader")
 HIDDEN_STATES = "hidden_states"  # the array whose axis 1 holds the featureset's layers
 _CANDIDATES = 10_000
 # A slice's served hash is only known once it is read; it always has this many characters, which is all a header's
@@ -119,8 +121,9 @@ class FeatureReader:
             return self.store.get_slice(manifest.content_hash, selection)
         except KeyError:
             raise CorruptEntry(f"the catalog lists {manifest.content_hash} but its blob is missing") from None
-        except ValueError as exc:  # a chunk or shard index failed its crc32c check
-            raise CorruptEntry(f"{manifest.content_hash}: {exc}") from None
+        except (ValueError, OSError) as exc:  # a failed crc32c, a malformed index or metadata, a missing file
+            log.error("reading %s failed: %r", manifest.content_hash, exc)  # the server's paths stay in its log
+            raise CorruptEntry(f"stored entry {manifest.content_hash} is damaged ({type(exc).__name__})") from None
 
     def token_ids(self, manifest: Manifest) -> list[int]:
         """The entry's input ids alone (no hidden states read)."""

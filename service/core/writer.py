@@ -3,6 +3,7 @@ catalog row, so a crash at any point leaves nothing visible — and rebuild the 
 
 from __future__ import annotations
 
+import errno
 from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,7 +21,7 @@ from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
 from service.core.gate import ExtractionGate
 from service.core.prepare import PreparedSample, RequestPreparer
-from service.errors import CorruptEntry
+from service.errors import CorruptEntry, StorageFull
 from service.extraction.extractor import Extraction, PendingExtraction
 from service.metrics import Metrics
 from service.storage.protocol import BlobStore
@@ -115,9 +116,14 @@ class FeatureWriter:
         return self._record(manifest, tensors)
 
     def _record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
-        self.store.put_if_absent(manifest.content_hash, tensors)
         document = manifest.model_copy(update={"seq": None, "audit": None}).model_dump_json().encode()
-        self.store.put_manifest(version_name(manifest.key, manifest.content_hash), document)
+        try:
+            self.store.put_if_absent(manifest.content_hash, tensors)
+            self.store.put_manifest(version_name(manifest.key, manifest.content_hash), document)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # staging is removed: nothing half-written is visible
+                raise StorageFull(f"the store has no room for {manifest.content_hash}: nothing was stored") from None
+            raise
         return self.versions.add(manifest)
 
     def rebuild_catalog(self) -> int:
