@@ -145,7 +145,18 @@ class BatchItem(FeatureKey):
 class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    keys: list[BatchItem] = Field(min_length=1, max_length=1024)
+    keys: list[BatchItem] = Field(min_length=1, description="at most the service's max_batch_keys, none repeated")
+
+    @field_validator("keys")
+    @classmethod
+    def _distinct(cls, keys: list[BatchItem]) -> list[BatchItem]:
+        seen: dict[str, int] = {}
+        for index, item in enumerate(keys):
+            form = item.model_dump_json()
+            if form in seen:
+                raise ValueError(f"keys[{index}] repeats keys[{seen[form]}]: ask for each entry once")
+            seen[form] = index
+        return keys
 
 
 class JobRequest(BaseModel):

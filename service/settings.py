@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     tokens: dict[str, list[Literal["read", "write", "admin"]]] = Field(default_factory=dict)
 
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    max_batch_keys: int = Field(default=1024, ge=1, description="keys one POST /v1/features:batch may name")
+    max_batch_bytes: int = Field(
+        default=4 * 1024**3, ge=1024, description="the most one batch response may carry (413 beyond)"
+    )
     max_sample_tokens: int = Field(default=32768, ge=1)
     chunk_tokens: int = Field(default=256, ge=1, description="inner zarr chunk length along tokens")
     target_ids_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk when computing target_ids")

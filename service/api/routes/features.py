@@ -9,11 +9,12 @@ from starlette.concurrency import run_in_threadpool
 from schemas import wire
 from schemas.api import BatchRequest
 from schemas.manifest import Manifest
-from service.api.deps import ReaderDep, ReadScope
+from service.api.deps import ReaderDep, ReadScope, SettingsDep
 from service.api.openapi import binary, errors
 from service.api.queries import FeatureQueryDep
 from service.api.streaming import slices, stream
 from service.core.reader import Part, Served
+from service.errors import TooLarge
 
 router = APIRouter(tags=["features"])
 SAFETENSORS = "application/octet-stream"
@@ -84,12 +85,19 @@ def head_features(query: FeatureQueryDep, reader: ReaderDep) -> Response:
     summary="Several entries in one framed response (u64 length + safetensors body per key)",
     responses={**binary("frames, one per key, in order", FRAMES), **errors(401, 403, 404, 409, 413, 422)},
 )
-def batch_features(request: BatchRequest, reader: ReaderDep) -> Response:
+def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsDep) -> Response:
     """Several entries in one response, framed. Every key is resolved (and refused with a 4xx) before the first
     byte is sent; the blobs are then read one after another as the response streams."""
+    if len(request.keys) > settings.max_batch_keys:
+        raise TooLarge(f"{len(request.keys)} keys in one batch; this service takes at most {settings.max_batch_keys}")
     resolved = [(reader.resolve(item.key), item) for item in request.keys]
-    for manifest, item in resolved:  # check every slice before streaming
-        reader.part(manifest, item.layers, item.token_range())
+    # every slice checked, and the response's size known, before the first byte is sent
+    total = sum(reader.served_length(manifest, item.layers, item.token_range()) for manifest, item in resolved)
+    if total > settings.max_batch_bytes:
+        raise TooLarge(
+            f"this batch would send {total:,} bytes; this service sends at most {settings.max_batch_bytes:,} "
+            "per batch: ask for fewer keys"
+        )
 
     def read(index: int) -> asyncio.Task[Served]:
         manifest, item = resolved[index]
