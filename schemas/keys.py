@@ -121,11 +121,15 @@ class FeatureKey(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    prompt_hash: str
-    model_revision: str | None = None
+    prompt_hash: str = Field(json_schema_extra={"pattern": HEX64.pattern})
+    model_revision: str | None = Field(default=None, json_schema_extra={"pattern": MODEL_REVISION.pattern})
     backend: str | None = None
-    featureset: str | None = Field(default=None, description="featureset id (16 hex)")
-    content_hash: str | None = Field(default=None, description="pin one version")
+    featureset: str | None = Field(
+        default=None, description="featureset id (16 hex)", json_schema_extra={"pattern": FEATURESET_ID.pattern}
+    )
+    content_hash: str | None = Field(
+        default=None, description="pin one version", json_schema_extra={"pattern": CONTENT_HASH.pattern}
+    )
 
     _prompt_hash = field_validator("prompt_hash")(lambda value: check_prompt_hash(value))
     _model_revision = field_validator("model_revision")(lambda value: check_model_revision(value))

@@ -73,10 +73,14 @@ JobsDep = Annotated[JobQueue, Depends(get_queue)]
 
 
 def _token_scopes(settings: Settings, token: str) -> list[str] | None:
-    """The scopes of a presented token, compared in constant time against every configured one."""
+    """The scopes of a presented token. The config holds `sha256:<hex>` digests of tokens (or, for a quick setup,
+    tokens as they are); digests are compared in constant time, against every configured entry."""
+    presented = hashlib.sha256(token.encode()).hexdigest()
     found = None
     for configured, scopes in settings.tokens.items():
-        if hmac.compare_digest(hashlib.sha256(configured.encode()).digest(), hashlib.sha256(token.encode()).digest()):
+        digest = configured.removeprefix("sha256:") if configured.startswith("sha256:") else None
+        expected = digest if digest is not None else hashlib.sha256(configured.encode()).hexdigest()
+        if hmac.compare_digest(expected.encode(), presented.encode()):
             found = scopes
     return found
 

@@ -48,11 +48,21 @@ def check_featureset(value: str | None) -> str | None:
 
 
 def key_query(
-    prompt_hash: Annotated[str, Path(description="sha256 of the sample's canonical JSON (64 hex)")],
-    model_revision: str | None = None,
-    backend: str | None = None,
-    featureset: Annotated[str | None, Query(description="featureset id (16 hex)")] = None,
-    content_hash: Annotated[str | None, Query(description="pin one version")] = None,
+    prompt_hash: Annotated[
+        str,
+        Path(description="sha256 of the sample's canonical JSON", json_schema_extra={"pattern": keys.HEX64.pattern}),
+    ],
+    model_revision: Annotated[
+        str | None,
+        Query(description="hub commit or sha256:…", json_schema_extra={"pattern": keys.MODEL_REVISION.pattern}),
+    ] = None,
+    backend: Annotated[str | None, Query(description="fla, fla-noconv or torch")] = None,
+    featureset: Annotated[
+        str | None, Query(description="featureset id", json_schema_extra={"pattern": keys.FEATURESET_ID.pattern})
+    ] = None,
+    content_hash: Annotated[
+        str | None, Query(description="pin one version", json_schema_extra={"pattern": keys.CONTENT_HASH.pattern})
+    ] = None,
 ) -> FeatureKey:
     try:
         return FeatureKey(

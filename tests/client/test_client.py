@@ -82,11 +82,15 @@ def test_featureset_by_layers_or_object(client: FeatureClient) -> None:
 
 
 def test_auth_scopes(settings, tiny_loaded) -> None:
+    import hashlib
+
     from fastapi.testclient import TestClient
 
     from service.main import create_app
 
-    secured = settings.model_copy(update={"tokens": {"r": ["read"], "w": ["read", "write"]}})
+    # tokens as they are, or (as deploy/hsstore.example.toml has them) as sha256 digests
+    w_digest = "sha256:" + hashlib.sha256(b"w").hexdigest()
+    secured = settings.model_copy(update={"tokens": {"r": ["read"], w_digest: ["read", "write"]}})
     with TestClient(create_app(secured, tiny_loaded)) as http:
         assert http.post("/v1/extract", json={"samples": [{"text": "a"}]}).status_code == 401
         denied = http.post("/v1/extract", json={"samples": [{"text": "a"}]}, headers={"Authorization": "Bearer r"})
@@ -94,4 +98,6 @@ def test_auth_scopes(settings, tiny_loaded) -> None:
         ok = http.post("/v1/extract", json={"samples": [{"text": "a"}]}, headers={"Authorization": "Bearer w"})
         assert ok.status_code == 200
         assert http.get("/v1/entries", headers={"Authorization": "Bearer nope"}).status_code == 401
+        digest_as_token = {"Authorization": f"Bearer {w_digest}"}  # knowing the digest is not knowing the token
+        assert http.get("/v1/entries", headers=digest_as_token).status_code == 401
         assert http.get("/healthz").status_code == 200

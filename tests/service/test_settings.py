@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CONFIG_ENV, str(REPO / "deploy" / "hsstore.example.toml"))
     settings = Settings()
-    assert settings.device == "cuda" and settings.tokens["change-me-trainer"] == ["read"]
+    trainer = "sha256:" + hashlib.sha256(b"change-me-trainer").hexdigest()  # the config holds digests, not tokens
+    assert settings.device == "cuda" and settings.tokens[trainer] == ["read"]
     assert settings.windows_enforced and not settings.preload and settings.handover == "memory_saver"
 
 
