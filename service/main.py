@@ -115,8 +115,11 @@ class Services:
 def build_services(
     settings: Settings, loaded: LoadedModel | None = None, on_event: Callable[[str], None] | None = None
 ) -> Services:
-    database = SqliteDatabase(settings.catalog_path)
-    store = LocalZarrStore(settings.data_dir, settings.chunk_tokens)
+    read_only = settings.store_read_only
+    if read_only and settings.model_dir is not None:
+        raise ValueError("read_only: a service with a model extracts and so writes; give read_only only to replicas")
+    database = SqliteDatabase(settings.catalog_path, read_only=read_only)
+    store = LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only)
     versions, job_store = SqliteVersionCatalog(database), SqliteJobStore(database)
     windows = Windows(settings.windows, SqliteKeyValue(database), settings.windows_enforced, settings.window_margin_s)
     models = build_models(settings, loaded, on_event)
@@ -168,7 +171,8 @@ def startup_lines(services: Services) -> list[str]:
         except HsstoreError as exc:
             default = f"{settings.default_backend}, which this host cannot run: {exc.message}"
         lines.append(f"backends this host can run: {', '.join(spec.available_backends())} (default {default})")
-    lines.append(f"data dir: {settings.data_dir.resolve()}")
+    access = " (read-only: serves, writes nothing)" if services.store.read_only else ""
+    lines.append(f"data dir: {settings.data_dir.resolve()}{access}")
     if settings.tokens:
         lines.append(f"auth: on ({len(settings.tokens)} bearer tokens)")
     else:

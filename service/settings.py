@@ -37,7 +37,12 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HSSTORE_", extra="forbid")
 
     data_dir: Path = Field(default=Path("hsstore-data"), description="blobs/, manifests/ and catalog.sqlite live here")
-    model_dir: Path | None = Field(default=None, description="HF model directory; none = a read-only replica")
+    model_dir: Path | None = Field(default=None, description="HF model directory; none = a replica that serves only")
+    read_only: bool | None = Field(
+        default=None,
+        description="serve the store without writing to it (catalog opened read-only); default: when there is no "
+        "model and the data directory is not writable (a read-only volume)",
+    )
     device: str = Field(default="auto", description="'auto' (cuda if present), 'cpu', 'cuda', 'cuda:1', ...")
     attn_implementation: str = "sdpa"
     default_backend: str = Field(default="auto", description="backend used when a request names none")
@@ -107,6 +112,12 @@ class Settings(BaseSettings):
             return cls(**overrides)
         finally:
             _CONFIG_FILE.reset(token)
+
+    @property
+    def store_read_only(self) -> bool:
+        if self.read_only is not None:
+            return self.read_only
+        return self.model_dir is None and self.data_dir.is_dir() and not os.access(self.data_dir, os.W_OK)
 
     @property
     def windows_enforced(self) -> bool:

@@ -17,6 +17,7 @@ import zarr
 from schemas.files import atomic_write, fsync_dir, staging_owner, staging_path
 from schemas.keys import is_content_hash
 from schemas.tensors import RawTensor
+from service.errors import ReadOnly
 from service.storage.protocol import Selection
 from service.storage.shard_reader import read_array
 from service.storage.shard_writer import write_array, write_group
@@ -46,15 +47,24 @@ def _alive(pid: int) -> bool:
 
 
 class LocalZarrStore:
-    def __init__(self, root: Path, chunk_tokens: int = 256) -> None:
+    def __init__(self, root: Path, chunk_tokens: int = 256, read_only: bool = False) -> None:
         self.root = Path(root)
         self.chunk_tokens = chunk_tokens
+        self.read_only = read_only  # a replica on a read-only volume: reads only, touches nothing
         self._blobs = self.root / "blobs"
         self._manifests = self.root / "manifests"
         self._tmp = self.root / "tmp"
+        if read_only:
+            return
         for folder in (self._blobs, self._manifests, self._tmp):
             folder.mkdir(parents=True, exist_ok=True)
         self._sweep_tmp()
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ReadOnly(
+                "this replica serves a read-only store: it writes nothing (write through the host that owns it)"
+            )
 
     def _sweep_tmp(self) -> None:
         """Staging names carry the writer's pid: what a dead writer left was never published and goes."""
@@ -75,6 +85,7 @@ class LocalZarrStore:
 
     # -- writing -------------------------------------------------------------------------------------------------
     def put_if_absent(self, content_hash: str, tensors: Sequence[RawTensor]) -> bool:
+        self._writable()
         final = self._path(content_hash)
         if final.exists():
             return False
@@ -143,6 +154,7 @@ class LocalZarrStore:
         return self._path(content_hash).is_dir()
 
     def delete(self, content_hash: str) -> bool:
+        self._writable()
         path = self._path(content_hash)
         if not path.exists():
             return False
@@ -159,6 +171,7 @@ class LocalZarrStore:
 
     # -- manifests -----------------------------------------------------------------------------------------------
     def put_manifest(self, name: str, document: bytes) -> None:
+        self._writable()
         final = self._manifests / name[:2] / f"{name}.json"
         if final.exists():
             return
@@ -169,5 +182,6 @@ class LocalZarrStore:
             yield path.read_bytes()
 
     def ping(self) -> None:
-        if not (self._blobs.is_dir() and os.access(self._blobs, os.W_OK)):
-            raise OSError(f"blob directory {self._blobs} is not writable")
+        access = os.R_OK if self.read_only else os.W_OK
+        if not (self._blobs.is_dir() and os.access(self._blobs, access)):
+            raise OSError(f"the blob directory is not {'readable' if self.read_only else 'writable'}")

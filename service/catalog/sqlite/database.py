@@ -2,34 +2,75 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from service.errors import ReadOnly
+
+log = logging.getLogger("hsstore.catalog")
+
 
 class SqliteDatabase:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        if read_only:
+            self._db = self._open_read_only()
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection shared by the server's worker threads, serialised by a lock; WAL lets readers in other
         # processes (the CLI, a second replica) read while we write.
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._lock = threading.Lock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
 
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A WAL database opens read-only where its -shm file exists or can be made; on a read-only volume without
+        one, only as immutable (no locks: right for a volume nobody writes through this mount)."""
+        if not self.path.is_file():
+            raise ReadOnly(f"a read-only replica needs an existing catalog, and {self.path.name} is missing")
+        for mode in ("ro", "ro&immutable=1"):
+            db = sqlite3.connect(
+                f"file:{self.path}?mode={mode}", uri=True, check_same_thread=False, isolation_level=None, timeout=30
+            )
+            try:
+                db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError as exc:
+                db.close()
+                log.warning("catalog read-only (%s) failed: %s", mode, exc)
+                continue
+            return db
+        raise ReadOnly(f"the catalog {self.path.name} cannot be opened read-only")
+
     @contextmanager
     def connection(self) -> Iterator[sqlite3.Connection]:
-        """The connection, held by this thread alone until the block ends."""
+        """The connection for reading, held by this thread alone until the block ends."""
         with self._lock:
             yield self._db
 
     @contextmanager
+    def writing(self) -> Iterator[sqlite3.Connection]:
+        """The connection for a write; ReadOnly on a read-only replica."""
+        self._refuse_if_read_only()
+        with self._lock:
+            yield self._db
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise ReadOnly(
+                "this replica serves a read-only store: it writes nothing (write through the host that owns it)"
+            )
+
+    @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """All of the block's statements, or none of them."""
+        self._refuse_if_read_only()
         with self._lock:
             self._db.execute("BEGIN")
             try:
@@ -40,7 +81,9 @@ class SqliteDatabase:
             self._db.execute("COMMIT")
 
     def create(self, schema: str) -> None:
-        """A part's tables and indexes, if they are not there yet."""
+        """A part's tables and indexes, if they are not there yet (a read-only replica finds them made)."""
+        if self.read_only:
+            return
         with self._lock:
             self._db.executescript(schema)
 

@@ -136,7 +136,7 @@ class SqliteJobStore:
         finished_at: str | None = None,
         error: str | None = None,
     ) -> None:
-        with self.db.connection() as conn:
+        with self.db.writing() as conn:
             conn.execute(
                 "UPDATE jobs SET state = ?, started_at = COALESCE(started_at, ?), finished_at = ?, error = ?"
                 " WHERE id = ?",
@@ -144,7 +144,7 @@ class SqliteJobStore:
             )
 
     def add_job_work(self, job_id: str, tokens: int, busy_s: float) -> None:
-        with self.db.connection() as conn:
+        with self.db.writing() as conn:
             conn.execute(
                 "UPDATE jobs SET tokens = tokens + ?, busy_s = busy_s + ? WHERE id = ?", (tokens, busy_s, job_id)
             )
@@ -173,7 +173,7 @@ class SqliteJobStore:
     def finish_item(
         self, item: JobItem, state: ItemState, content_hash: str | None = None, error: str | None = None
     ) -> None:
-        with self.db.connection() as conn:
+        with self.db.writing() as conn:
             conn.execute(
                 "UPDATE job_items SET state = ?, content_hash = ?, error = ?"
                 " WHERE job_id = ? AND idx = ? AND backend = ?",
@@ -182,7 +182,7 @@ class SqliteJobStore:
 
     def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
         """A reference completion for sample `index` of a job, shared by all its backends."""
-        with self.db.connection() as conn:
+        with self.db.writing() as conn:
             conn.execute(
                 "UPDATE job_items SET completion_ids = ?, completion_source = ? WHERE job_id = ? AND idx = ?",
                 (json.dumps(completion_ids), source, job_id, index),

@@ -18,5 +18,5 @@ class SqliteKeyValue:
         return row[0] if row else None
 
     def kv_set(self, name: str, value: str | None) -> None:
-        with self.db.connection() as conn:
+        with self.db.writing() as conn:
             conn.execute("INSERT OR REPLACE INTO kv (name, value) VALUES (?, ?)", (name, value))

@@ -38,7 +38,9 @@ class SqliteVersionCatalog:
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
         db.create(_SCHEMA)
-        with db.connection() as conn:
+        if db.read_only:
+            return
+        with db.writing() as conn:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(versions)")}
             if "audit" not in columns:  # catalogs written before audits existed
                 conn.execute("ALTER TABLE versions ADD COLUMN audit TEXT")
@@ -53,7 +55,7 @@ class SqliteVersionCatalog:
     def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
         document = manifest.model_copy(update={"seq": None, "audit": None}).model_dump_json()
         key = tuple(getattr(manifest, c) for c in _KEY_COLUMNS)
-        with self.db.connection() as conn:
+        with self.db.writing() as conn:
             cursor = conn.execute(
                 "INSERT OR IGNORE INTO versions (prompt_hash, model_revision, backend, featureset_id, content_hash,"
                 " created_at, manifest) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -97,7 +99,7 @@ class SqliteVersionCatalog:
         return [self._manifest(*row) for row in rows]
 
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
-        with self.db.connection() as conn:
+        with self.db.writing() as conn:
             conn.execute(
                 "UPDATE versions SET audit = ? WHERE prompt_hash = ? AND model_revision = ? AND backend = ?"
                 " AND featureset_id = ? AND content_hash = ?",
