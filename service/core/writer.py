@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import errno
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
+from schemas.backend import Backend
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
 from schemas.keys import EntryKey, version_name
@@ -21,6 +22,7 @@ from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
 from service.core.gate import ExtractionGate
 from service.core.prepare import PreparedSample, RequestPreparer
+from service.core.single_flight import SingleFlight
 from service.errors import CorruptEntry, StorageFull
 from service.extraction.extractor import Extraction, PendingExtraction
 from service.metrics import Metrics
@@ -52,6 +54,7 @@ class FeatureWriter:
         # Hashing, compression and writing overlap the next forward; a bound on results in flight bounds host memory.
         self._writers = ThreadPoolExecutor(max_workers=writer_threads, thread_name_prefix="hsstore-writer")
         self.max_in_flight = 2 * writer_threads
+        self._flights: SingleFlight[EntryKey, Manifest] = SingleFlight()
 
     def close(self) -> None:
         self._writers.shutdown(wait=True)
@@ -70,21 +73,33 @@ class FeatureWriter:
         ]
 
         results: list[ExtractResult | None] = [None] * len(samples)
-        todo: list[tuple[int, EntryKey, bool]] = []
+        todo: list[tuple[int, EntryKey, bool]] = []  # what this request extracts: it leads these keys' flights
+        led: dict[EntryKey, Future[Manifest]] = {}
+        following: list[tuple[int, Future[Manifest]]] = []  # what another request is extracting right now
         for index, sample in enumerate(samples):
             key = EntryKey(sample.parsed.prompt_hash, models.spec.revision, backend.value, featureset.id)
             existing = self.versions.versions(key)
             if existing and not request.force:
                 results[index] = _result(sample.parsed, ExtractStatus.EXISTING, existing[0])
-            else:
+                continue
+            flight, leads = self._flights.join(key)
+            if leads:
                 todo.append((index, key, bool(existing)))
+                led[key] = flight
+            else:
+                following.append((index, flight))
 
         def write(position: int, pending: PendingExtraction) -> None:
             index, key, had_versions = todo[position]
             parsed = samples[index].parsed
-            extraction = pending.wait()
-            # _manifest hashed the tensors just now: record them without hashing again
-            stored, added = self._record(_manifest(key, featureset, parsed, extraction), extraction.tensors)
+            try:
+                extraction = pending.wait()
+                # _manifest hashed the tensors just now: record them without hashing again
+                stored, added = self._record(_manifest(key, featureset, parsed, extraction), extraction.tensors)
+            except BaseException as exc:
+                self._flights.land(key, led[key], error=exc)
+                raise
+            self._flights.land(key, led[key], stored)
             if added:
                 self.metrics.extracted_tokens.labels(key.backend).inc(stored.num_tokens)
                 status = ExtractStatus.VERSION_ADDED if had_versions else ExtractStatus.EXTRACTED
@@ -92,22 +107,42 @@ class FeatureWriter:
                 status = ExtractStatus.EXISTING
             results[index] = _result(parsed, status, stored)
 
-        if todo:
-            extractor = models.extractor()
-            models.emit("extract")
-            items = [(samples[i].encoded, _label(i, samples[i].parsed)) for i, _, _ in todo]
-            in_flight: deque[Future[None]] = deque()
-            try:
-                for position, pending in extractor.extract_many(items, featureset, backend):
-                    in_flight.append(self._writers.submit(write, position, pending))
-                    while len(in_flight) > self.max_in_flight:
-                        in_flight.popleft().result()
-            finally:
-                for future in in_flight:
-                    future.result()
+        try:
+            self._extract_and_write(todo, samples, featureset, backend, write)
+        except BaseException as exc:
+            for key, flight in led.items():  # followers of what never got written hear why
+                self._flights.land(key, flight, error=exc)
+            raise
+        for index, flight in following:
+            results[index] = _result(samples[index].parsed, ExtractStatus.EXISTING, flight.result())
         done = [r for r in results if r is not None]
         extracted = sum(r.status != ExtractStatus.EXISTING for r in done)
         return ExtractResponse(results=done, extracted=extracted, existing=len(done) - extracted)
+
+    def _extract_and_write(
+        self,
+        todo: list[tuple[int, EntryKey, bool]],
+        samples: list[PreparedSample],
+        featureset: FeatureSet,
+        backend: Backend,
+        write: Callable[[int, PendingExtraction], None],
+    ) -> None:
+        """The forwards on this thread, the writes on the writer threads, a bounded number in flight."""
+        if not todo:
+            return
+        models = self.gate.models
+        extractor = models.extractor()
+        models.emit("extract")
+        items = [(samples[i].encoded, _label(i, samples[i].parsed)) for i, _, _ in todo]
+        in_flight: deque[Future[None]] = deque()
+        try:
+            for position, pending in extractor.extract_many(items, featureset, backend):
+                in_flight.append(self._writers.submit(write, position, pending))
+                while len(in_flight) > self.max_in_flight:
+                    in_flight.popleft().result()
+        finally:
+            for future in in_flight:
+                future.result()
 
     def record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
         """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new."""
