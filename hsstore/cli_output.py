@@ -83,8 +83,9 @@ def window_line(state: WindowState) -> str:
     schedule = "; ".join(state.schedule) or "none"
     if state.source == "always":
         return "window always open: no schedule and no hand-over, so the GPU is always this service's"
+    gpu = {True: "; model loaded (GPU held)", False: "; GPU with SGLang", None: ""}[state.gpu_held]
     if state.open:
         until = f" until {state.closes_at}" if state.closes_at else ""
-        return f"window OPEN ({state.source}{until}); schedule: {schedule}"
+        return f"window OPEN ({state.source}{until}){gpu}; schedule: {schedule}"
     upcoming = f"; next opens {state.next_opens_at}" if state.next_opens_at else ""
-    return f"window closed{upcoming}; schedule: {schedule}"
+    return f"window closed{upcoming}{gpu}; schedule: {schedule}"

@@ -236,3 +236,4 @@ class WindowState(BaseModel):
     closes_at: str | None
     schedule: list[str]
     next_opens_at: str | None = None  # the next scheduled opening, while shut
+    gpu_held: bool | None = None  # the model is loaded now (with a hand-over: SGLang has given the GPU up)

@@ -132,7 +132,15 @@ def build_services(
     if models is not None:
         sglang = SGLangClient(settings.sglang_url) if settings.sglang_url else None
         runner = JobRunner(
-            writer, job_store, models, windows, preparer, sglang, batch_size=settings.job_batch_size, on_event=on_event
+            writer,
+            job_store,
+            models,
+            windows,
+            preparer,
+            sglang,
+            batch_size=settings.job_batch_size,
+            keep_gpu_s=settings.window_keep_gpu_s,
+            on_event=on_event,
         )
     return Services(
         settings=settings,

@@ -85,7 +85,15 @@ class Settings(BaseSettings):
     sglang_start_command: str | None = None
     handover_timeout_s: float = Field(default=600.0, gt=0)
     memory_wait_s: float = Field(default=300.0, ge=0, description="how long to wait for the GPU to have room")
-    idle_unload_s: float | None = Field(default=None, description="unload after this long unused (None: never)")
+    idle_unload_s: float | None = Field(
+        default=None, description="with no windows (the GPU always ours): unload after this long unused (None: never)"
+    )
+    window_keep_gpu_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="in a window, keep the model this long after the last runnable item before giving the GPU back "
+        "(0: give it back at once)",
+    )
     load_on_start: bool | None = Field(default=None, description="default: only when the GPU is ours (no hand-over)")
     job_batch_size: int = Field(default=8, ge=1)
     max_job_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="largest JSONL job upload")

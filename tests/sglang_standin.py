@@ -20,6 +20,9 @@ class SGLangStandIn:
         self.model = model
         self.log = log if log is not None else []
         self.released = False
+        # faults an operator's bad day brings: /generate failing for everything, or refusing long prompts
+        self.generate_fails = False
+        self.refuse_prompts_longer_than: int | None = None
         self._lock = threading.Lock()
         self.app = self._build()
 
@@ -69,10 +72,15 @@ class SGLangStandIn:
             self.record("sglang:/generate")
             if self.released:
                 return JSONResponse({"error": "memory released"}, status_code=503)
+            if self.generate_fails:
+                return JSONResponse({"error": "internal error"}, status_code=500)
             params = body.get("sampling_params", {})
             assert params.get("temperature", 1.0) == 0.0, "hsstore asks for greedy completions"
             prompts = body["input_ids"]
             single = bool(prompts) and isinstance(prompts[0], int)
+            limit = self.refuse_prompts_longer_than
+            if limit is not None and any(len(ids) > limit for ids in ([prompts] if single else prompts)):
+                return JSONResponse({"error": f"prompt longer than {limit} tokens"}, status_code=400)
             outputs = [
                 {
                     "text": "",

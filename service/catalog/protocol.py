@@ -75,6 +75,10 @@ class JobStore(Protocol):
     def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
         """A reference completion for sample `index` of a job, shared by all its backends."""
 
+    def fall_back_to_target(self, job_id: str, index: int) -> None:
+        """Sample `index` gets no reference completion (SGLang refused it): the target generates one when it runs;
+        `pending_items(needing_completion=True)` no longer lists it."""
+
 
 class KeyValue(Protocol):
     """Small shared settings every replica must see alike (the windows' manual overrides)."""

@@ -124,6 +124,17 @@ class JobStoreTests:
         jobs.finish_item(item, ItemState.DONE, content_hash="sha256:" + "0" * 64)
         assert jobs.job_counts("now") == {"done": 1, "completions_fetched": 1}
 
+    def test_a_sample_sglang_refuses_falls_back_to_the_target(self, jobs: JobStore) -> None:
+        items = [
+            NewItem(i, backend, {"text": str(i)}, str(i) * 64, 8) for i in range(2) for backend in ("torch", "fla")
+        ]
+        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        jobs.fall_back_to_target("j", 0)
+        assert {i.index for i in jobs.pending_items("j", 10, needing_completion=True)} == {1}
+        refused = [i for i in jobs.pending_items("j", 10) if i.index == 0]
+        assert len(refused) == 2 and all(i.completion_ids is None for i in refused)
+        assert {i.completion_source for i in refused} == {"greedy:target"}
+
     def test_states_errors_and_work(self, jobs: JobStore) -> None:
         items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(3)]
         jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)

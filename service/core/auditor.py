@@ -20,6 +20,8 @@ from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
 from service.core.writer import FeatureWriter
 from service.errors import AmbiguousEntry, EntryNotFound, InvalidRequest
+from service.extraction.extractor import Extractor
+from service.model.loader import ModelSpec
 
 _EVERY = 1_000_000
 
@@ -98,38 +100,9 @@ class Auditor:
         runnable = [m for m in stored if m.backend in available]
         chosen = random.Random(seed).sample(runnable, min(sample, len(runnable)))
         results = []
-        for manifest in chosen:
-            encoded = self.preparer.sample(spec, manifest.sample).encoded
-            if manifest.completion_source == CompletionSource.GREEDY_SGLANG:  # not ours to re-ask: reuse its tokens
-                completion = self.reader.token_ids(manifest)[manifest.prompt_tokens :]
-                encoded = replace(
-                    encoded,
-                    completion_ids=completion,
-                    completion_source=manifest.completion_source,
-                    greedy_max_new_tokens=None,
-                )
-            again = models.extractor().extract(
-                encoded, manifest.featureset, Backend(manifest.backend), f"audit of {manifest.prompt_hash[:16]}"
-            )
-            reproduced_hash = content_hash(again.tensors)
-            ok = reproduced_hash == manifest.content_hash
-            record = AuditRecord(
-                status=AuditStatus.REPRODUCED if ok else AuditStatus.MISMATCH,
-                audited_at=utc_now(),
-                reproduced_hash=reproduced_hash,
-                fingerprint=again.fingerprint,
-            )
-            self.versions.set_audit(manifest.key, manifest.content_hash, record)
-            results.append(
-                AuditResult(
-                    prompt_hash=manifest.prompt_hash,
-                    backend=manifest.backend,
-                    featureset_id=manifest.featureset_id,
-                    content_hash=manifest.content_hash,
-                    reproduced=ok,
-                    reproduced_hash=reproduced_hash,
-                )
-            )
+        with models.using() as extractor:
+            for manifest in chosen:
+                results.append(self._audit_one(spec, extractor, manifest))
         reproduced = sum(r.reproduced for r in results)
         unrunnable = len(stored) - len(runnable)
         return AuditReport(
@@ -139,4 +112,35 @@ class Auditor:
             skipped=unrunnable,
             skipped_reason=f"{unrunnable} stored versions need a backend this host lacks" if unrunnable else None,
             results=results,
+        )
+
+    def _audit_one(self, spec: ModelSpec, extractor: Extractor, manifest: Manifest) -> AuditResult:
+        encoded = self.preparer.sample(spec, manifest.sample).encoded
+        if manifest.completion_source == CompletionSource.GREEDY_SGLANG:  # not ours to re-ask: reuse its tokens
+            completion = self.reader.token_ids(manifest)[manifest.prompt_tokens :]
+            encoded = replace(
+                encoded,
+                completion_ids=completion,
+                completion_source=manifest.completion_source,
+                greedy_max_new_tokens=None,
+            )
+        again = extractor.extract(
+            encoded, manifest.featureset, Backend(manifest.backend), f"audit of {manifest.prompt_hash[:16]}"
+        )
+        reproduced_hash = content_hash(again.tensors)
+        ok = reproduced_hash == manifest.content_hash
+        record = AuditRecord(
+            status=AuditStatus.REPRODUCED if ok else AuditStatus.MISMATCH,
+            audited_at=utc_now(),
+            reproduced_hash=reproduced_hash,
+            fingerprint=again.fingerprint,
+        )
+        self.versions.set_audit(manifest.key, manifest.content_hash, record)
+        return AuditResult(
+            prompt_hash=manifest.prompt_hash,
+            backend=manifest.backend,
+            featureset_id=manifest.featureset_id,
+            content_hash=manifest.content_hash,
+            reproduced=ok,
+            reproduced_hash=reproduced_hash,
         )

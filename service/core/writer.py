@@ -131,18 +131,18 @@ class FeatureWriter:
         if not todo:
             return
         models = self.gate.models
-        extractor = models.extractor()
-        models.emit("extract")
         items = [(samples[i].encoded, _label(i, samples[i].parsed)) for i, _, _ in todo]
         in_flight: deque[Future[None]] = deque()
-        try:
-            for position, pending in extractor.extract_many(items, featureset, backend):
-                in_flight.append(self._writers.submit(write, position, pending))
-                while len(in_flight) > self.max_in_flight:
-                    in_flight.popleft().result()
-        finally:
-            for future in in_flight:
-                future.result()
+        with models.using() as extractor:
+            models.emit("extract")
+            try:
+                for position, pending in extractor.extract_many(items, featureset, backend):
+                    in_flight.append(self._writers.submit(write, position, pending))
+                    while len(in_flight) > self.max_in_flight:
+                        in_flight.popleft().result()
+            finally:
+                for future in in_flight:
+                    future.result()
 
     def record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
         """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new."""

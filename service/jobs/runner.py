@@ -1,6 +1,8 @@
 """The background runner: takes batches of warm-job items inside open windows (or now, for run-now jobs), stops at
-a batch boundary when the window closes or is about to, and hands the GPU back whenever it has nothing to run.
-While the window is shut (SGLang up) it fetches reference completions for samples that ask for greedy ones."""
+a batch boundary when the window closes or is about to, and hands the GPU back as soon as it has nothing to run.
+While the window is shut (SGLang up) it fetches reference completions for samples that ask for greedy ones; a
+sample SGLang refuses gets its completion from the target instead, and a failing SGLang is asked again only after
+a growing pause, never in a loop that stalls the jobs."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from service.catalog.protocol import JobStore
 from service.core.prepare import RequestPreparer
 from service.core.windows import Windows
 from service.core.writer import FeatureWriter
-from service.errors import BackendUnavailable, InvalidRequest, NonFiniteFeatures, TooLarge
+from service.errors import BackendUnavailable, InvalidRequest, NonFiniteFeatures, SGLangUnavailable, TooLarge
 from service.extraction.extractor import Extractor
 from service.host.sglang import SGLangClient
 from service.model.manager import ModelManager
@@ -27,6 +29,7 @@ log = logging.getLogger("hsstore.jobs")
 # Errors that belong to one sample: the sample fails, the job goes on. Anything else is the host's trouble.
 SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, BackendUnavailable)
 MAX_HOST_FAILURES = 3
+SGLANG_BACKOFF_S = (1.0, 60.0)  # first and longest pause after SGLang failed a /generate
 
 
 class JobRunner:
@@ -41,6 +44,7 @@ class JobRunner:
         *,
         batch_size: int = 8,
         poll_s: float = 0.25,
+        keep_gpu_s: float = 0.0,
         on_event: Callable[[str], None] | None = None,
     ) -> None:
         self.writer = writer
@@ -51,12 +55,17 @@ class JobRunner:
         self.sglang = sglang
         self.batch_size = batch_size
         self.poll_s = poll_s
+        self.keep_gpu_s = keep_gpu_s  # how long a window keeps the model after its last runnable item
+        self._sglang_failures = 0
+        self._sglang_retry_at = 0.0
+        self._suspects: set[tuple[str, int]] = set()  # (job, sample) in a /generate call that failed
         self.on_event = on_event
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._host_failures: dict[str, int] = {}
 
     def start(self) -> None:
+        self._requeue_running()  # a job a previous process was running waits for a window like any other
         self._thread = threading.Thread(target=self._loop, name="hsstore-jobs", daemon=True)
         self._thread.start()
 
@@ -80,16 +89,31 @@ class JobRunner:
         usable = self.windows.usable()
         jobs = self.jobs.runnable_jobs(include_windowed=usable)
         if not jobs:
-            if self.models.loaded and not usable:
-                self.models.unload()  # window over: the GPU goes back now, at a batch boundary
-            elif usable:
-                self.models.unload_if_idle()
+            self._give_back(usable)
             return self._prefetch_completions() if not self.models.loaded else False
         job = jobs[0]
         if not self.models.loaded and self._prefetch_completions(job):
             return True  # SGLang is still up: take its reference completions before asking it for the GPU
         self._run_batch(job)
         return True
+
+    def _give_back(self, usable: bool) -> None:
+        """Nothing to run: the GPU goes back to SGLang now (at a batch boundary), or after `keep_gpu_s` in an open
+        window; where the GPU is always ours, only after the idle timeout."""
+        if not self.models.loaded:
+            return
+        if not usable:
+            self._requeue_running()  # window over: what is left waits for the next one
+            self.models.give_back_if_idle()
+        elif self.windows.enforced:
+            self.models.give_back_if_idle(self.keep_gpu_s)
+        else:
+            self.models.unload_if_idle()
+
+    def _requeue_running(self) -> None:
+        for job in self.jobs.runnable_jobs(include_windowed=True):
+            if job.state == JobState.RUNNING and not job.run_now:
+                self.jobs.set_job_state(job.id, JobState.QUEUED)
 
     def _run_batch(self, job: JobRecord) -> None:
         items = self.jobs.pending_items(job.id, self.batch_size)
@@ -163,8 +187,9 @@ class JobRunner:
         self._emit("job_done")
 
     def _prefetch_completions(self, only: JobRecord | None = None) -> bool:
-        """Fetch greedy completions from SGLang for pending samples that ask for them; True if any were fetched."""
-        if self.sglang is None:
+        """Fetch greedy completions from SGLang for pending samples that ask for them; True if any were fetched.
+        Never raises for SGLang's faults: they pause the fetching (see `_sglang_failed`)."""
+        if self.sglang is None or time.monotonic() < self._sglang_retry_at:
             return False
         jobs = [only] if only is not None else self.jobs.runnable_jobs(include_windowed=True)
         for job in jobs:
@@ -173,18 +198,55 @@ class JobRunner:
             if not unique or not self.sglang.healthy():
                 continue
             spec = self.models.spec
+            calls: list[tuple[int, list[tuple[int, list[int]]]]] = []  # (max_new_tokens, [(index, prompt ids)])
             by_length: dict[int, list[tuple[int, list[int]]]] = {}
             for index, item in unique.items():
                 encoded = self.preparer.sample(spec, item.sample).encoded
-                if encoded.greedy_max_new_tokens is not None:
-                    by_length.setdefault(encoded.greedy_max_new_tokens, []).append((index, encoded.prompt_ids))
-            for max_new, prompts in by_length.items():
-                outputs = self.sglang.greedy([ids for _, ids in prompts], max_new)
-                for (index, _), output in zip(prompts, outputs, strict=True):
-                    self.jobs.set_completion(job.id, index, output, CompletionSource.GREEDY_SGLANG)
-            self._emit("completions")
-            return True
+                if encoded.greedy_max_new_tokens is None:
+                    continue
+                prompt = (index, encoded.prompt_ids)
+                if (job.id, index) in self._suspects:  # in a call that failed: alone now, to find the one at fault
+                    calls.append((encoded.greedy_max_new_tokens, [prompt]))
+                else:
+                    by_length.setdefault(encoded.greedy_max_new_tokens, []).append(prompt)
+            calls.extend(by_length.items())
+            fetched = False
+            for max_new, prompts in calls:
+                if not self._fetch(job, max_new, prompts):
+                    break  # SGLang failed: nothing more until the pause is over
+                fetched = True
+            if fetched:
+                self._emit("completions")
+            return fetched
         return False
+
+    def _fetch(self, job: JobRecord, max_new: int, prompts: list[tuple[int, list[int]]]) -> bool:
+        assert self.sglang is not None
+        try:
+            outputs = self.sglang.greedy([ids for _, ids in prompts], max_new)
+        except SGLangUnavailable as exc:
+            self._sglang_failed(job, prompts, exc)
+            return False
+        self._sglang_failures = 0
+        for (index, _), output in zip(prompts, outputs, strict=True):
+            self.jobs.set_completion(job.id, index, output, CompletionSource.GREEDY_SGLANG)
+            self._suspects.discard((job.id, index))
+        return True
+
+    def _sglang_failed(self, job: JobRecord, prompts: list[tuple[int, list[int]]], exc: SGLangUnavailable) -> None:
+        """A sample SGLang refuses on its own gets its completion from the target; a failed call with several
+        samples makes each a suspect, asked alone next time. Either way SGLang is asked again only after a pause
+        that doubles with each failure in a row."""
+        if len(prompts) == 1:
+            ((index, _),) = prompts
+            log.warning("SGLang refused sample %d of job %s (%s): the target will generate it", index, job.id, exc)
+            self.jobs.fall_back_to_target(job.id, index)
+            self._suspects.discard((job.id, index))
+        else:
+            self._suspects.update((job.id, index) for index, _ in prompts)
+        first, longest = SGLANG_BACKOFF_S
+        self._sglang_failures += 1
+        self._sglang_retry_at = time.monotonic() + min(longest, first * 2 ** (self._sglang_failures - 1))
 
     def _emit(self, event: str) -> None:
         if self.on_event is not None:

@@ -11,7 +11,8 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 import torch
@@ -50,6 +51,7 @@ class ModelManager(Generic[E]):
         self._lock = threading.RLock()
         self._extractor = make_extractor(preloaded) if preloaded is not None else None
         self._last_used = time.monotonic()
+        self._users = 0  # extractions running now: the GPU is never given back under them
 
     def emit(self, event: str) -> None:
         log.info("model: %s", event)
@@ -68,6 +70,27 @@ class ModelManager(Generic[E]):
             self._last_used = time.monotonic()
             assert self._extractor is not None
             return self._extractor
+
+    @contextmanager
+    def using(self) -> Iterator[E]:
+        """The extractor, held in use until the block ends: `give_back_if_idle` waits for every user."""
+        with self._lock:
+            extractor = self.extractor()
+            self._users += 1
+        try:
+            yield extractor
+        finally:
+            with self._lock:
+                self._users -= 1
+                self._last_used = time.monotonic()
+
+    def give_back_if_idle(self, after_s: float = 0.0) -> bool:
+        """Unload and give the GPU back if nothing uses the model and it has been idle `after_s`; True if it did."""
+        with self._lock:
+            if self._extractor is None or self._users or time.monotonic() - self._last_used < after_s:
+                return False
+            self.unload()
+            return True
 
     def _load(self) -> None:
         if self.handover.name != "none":
@@ -118,11 +141,8 @@ class ModelManager(Generic[E]):
             self.emit("healthy")
 
     def unload_if_idle(self) -> None:
-        if self.idle_unload_s is None:
-            return
-        with self._lock:
-            if self._extractor is not None and time.monotonic() - self._last_used > self.idle_unload_s:
-                self.unload()
+        if self.idle_unload_s is not None:
+            self.give_back_if_idle(self.idle_unload_s)
 
     def recover(self) -> None:
         """At start-up: if a previous process took the GPU and died holding it, give it back now."""

@@ -3,11 +3,16 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from schemas.api import WindowOpenRequest, WindowState
-from service.api.deps import AdminScope, ReadScope, WindowsDep
+from service.api.deps import AdminScope, GateDep, ReadScope, WindowsDep
 from service.api.openapi import errors
+from service.core.gate import ExtractionGate
 from service.errors import InvalidRequest
 
 router = APIRouter(tags=["window"])
+
+
+def _with_gpu(state: WindowState, gate: ExtractionGate) -> WindowState:
+    return state.model_copy(update={"gpu_held": gate.models.loaded if gate.has_model else None})
 
 
 @router.get(
@@ -16,8 +21,8 @@ router = APIRouter(tags=["window"])
     summary="Is the extraction window open, and until when",
     responses=errors(401, 403),
 )
-def window_state(windows: WindowsDep) -> WindowState:
-    return windows.state()
+def window_state(windows: WindowsDep, gate: GateDep) -> WindowState:
+    return _with_gpu(windows.state(), gate)
 
 
 @router.post(
@@ -26,9 +31,9 @@ def window_state(windows: WindowsDep) -> WindowState:
     summary="Open a manual window for N minutes",
     responses=errors(401, 403, 422),
 )
-def open_window(body: WindowOpenRequest, windows: WindowsDep) -> WindowState:
+def open_window(body: WindowOpenRequest, windows: WindowsDep, gate: GateDep) -> WindowState:
     try:
-        return windows.open(body.minutes)
+        return _with_gpu(windows.open(body.minutes), gate)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
 
@@ -39,5 +44,5 @@ def open_window(body: WindowOpenRequest, windows: WindowsDep) -> WindowState:
     summary="Close the window now (a scheduled one stays shut until its end)",
     responses=errors(401, 403),
 )
-def close_window(windows: WindowsDep) -> WindowState:
-    return windows.close()
+def close_window(windows: WindowsDep, gate: GateDep) -> WindowState:
+    return _with_gpu(windows.close(), gate)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from schemas.keys import prefix_bounds
-from schemas.states import ItemState, JobState
+from schemas.states import CompletionSource, ItemState, JobState
 from service.catalog.job_records import JobItem, JobRecord, NewItem, item_from_row, job_from_row
 from service.catalog.sqlite.database import SqliteDatabase
 
@@ -161,7 +161,11 @@ class SqliteJobStore:
         return [job_from_row(r) for r in rows]
 
     def pending_items(self, job_id: str, limit: int, needing_completion: bool = False) -> list[JobItem]:
-        extra = " AND completion_ids IS NULL AND greedy_tokens IS NOT NULL" if needing_completion else ""
+        extra = (
+            " AND completion_ids IS NULL AND completion_source IS NULL AND greedy_tokens IS NOT NULL"
+            if needing_completion
+            else ""
+        )
         with self.db.connection() as conn:
             rows = conn.execute(
                 f"SELECT {self._ITEM_COLUMNS} FROM job_items WHERE job_id = ? AND state = '{ItemState.PENDING}'{extra} "
@@ -186,4 +190,11 @@ class SqliteJobStore:
             conn.execute(
                 "UPDATE job_items SET completion_ids = ?, completion_source = ? WHERE job_id = ? AND idx = ?",
                 (json.dumps(completion_ids), source, job_id, index),
+            )
+
+    def fall_back_to_target(self, job_id: str, index: int) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                "UPDATE job_items SET completion_source = ? WHERE job_id = ? AND idx = ? AND completion_ids IS NULL",
+                (CompletionSource.GREEDY_TARGET, job_id, index),
             )

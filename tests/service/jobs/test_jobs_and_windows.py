@@ -41,6 +41,8 @@ def test_job_waits_runs_in_window_and_stops_at_a_batch_boundary(windowed_setting
         wait_for(lambda: "healthy" in events, what="GPU handed back")
         stopped = status(http, job["id"])
         assert stopped["done"] % 2 == 0 and 0 < stopped["done"] < 10 and stopped["pending"] == 10 - stopped["done"]
+        # what is left waits for the next window, and says so: not "running"
+        assert stopped["state"] == "queued" and stopped["waiting_for_window"]
         time.sleep(1.0)
         assert status(http, job["id"])["done"] == stopped["done"]  # nothing more outside the window
 
