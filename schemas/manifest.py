@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from schemas.backend import Fingerprint
+from schemas.chunks import ChunkDigests
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryKey, FeatureKey
 from schemas.states import AuditStatus, CompletionSource
@@ -19,6 +20,7 @@ class TensorInfo(BaseModel):
 
     dtype: str
     shape: list[int]
+    chunks: ChunkDigests | None = None  # recorded when the blob was written (entries written before: none)
 
 
 class LayerStats(BaseModel):

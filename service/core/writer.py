@@ -151,9 +151,20 @@ class FeatureWriter:
         return self._record(manifest, tensors)
 
     def _record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
-        document = manifest.model_copy(update={"seq": None, "audit": None}).model_dump_json().encode()
         try:
-            self.store.put_if_absent(manifest.content_hash, tensors)
+            stored = self.store.put_if_absent(manifest.content_hash, tensors)
+            # the chunk digests go into the manifest: every later read of any part is checked against them
+            manifest = manifest.model_copy(
+                update={
+                    "tensors": {
+                        name: info.model_copy(update={"chunks": stored.chunks.get(name)})
+                        for name, info in manifest.tensors.items()
+                    },
+                    "seq": None,
+                    "audit": None,
+                }
+            )
+            document = manifest.model_dump_json().encode()
             self.store.put_manifest(version_name(manifest.key, manifest.content_hash), document)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # staging is removed: nothing half-written is visible

@@ -6,6 +6,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from schemas.chunks import ChunkDigests
+from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
 
 
@@ -22,17 +24,30 @@ class Selection:
         return self.rows is None and not self.axis1
 
 
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The outcome of a write: whether the blob was written now, and its arrays' chunk digests (the same either
+    way, since one content has one layout)."""
+
+    written: bool
+    chunks: dict[str, ChunkDigests]
+
+
 class BlobStore(Protocol):
     """Write-once tensor groups named by their content hash, plus the manifest documents that point at them."""
 
-    def put_if_absent(self, content_hash: str, tensors: Sequence[RawTensor]) -> bool:
-        """Publish atomically; True if written now, False if that content was already there."""
+    def put_if_absent(self, content_hash: str, tensors: Sequence[RawTensor]) -> Stored:
+        """Publish atomically (nothing visible until every byte is durable), or find that content there already."""
 
     def get(self, content_hash: str) -> dict[str, RawTensor]:
         """Every tensor of a blob; KeyError if absent."""
 
-    def get_slice(self, content_hash: str, selection: Selection) -> dict[str, RawTensor]:
-        """Only the chunks the selection needs are read."""
+    def get_slice(
+        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo] | None = None
+    ) -> dict[str, RawTensor]:
+        """Only the chunks the selection needs are read. With `written` (the manifest's tensors), every array's
+        metadata is checked against it and every chunk read against its digest where one is recorded; ValueError
+        for any difference."""
 
     def exists(self, content_hash: str) -> bool: ...
 

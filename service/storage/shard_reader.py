@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import product
 from math import ceil, prod
 from pathlib import Path
@@ -18,13 +19,25 @@ import google_crc32c
 import numpy as np
 from numcodecs import Blosc
 
+from schemas.chunks import ChunkDigests, chunk_digest, flat_index
+
 _EMPTY = np.uint64(2**64 - 1)
 # Shared by reads and writes: blosc and crc32c release the GIL, so chunks (de)compress in parallel.
 POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="hsstore-codec")
 
 
 class ChecksumError(ValueError):
-    """A chunk or shard index no longer matches its crc32c: the bytes on disk changed."""
+    """A chunk or shard index no longer matches its crc32c, or an array's metadata or a decoded chunk no longer
+    matches what was recorded when it was written: the bytes on disk changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What an array was written as, from its manifest: checked before any of its bytes are served."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    chunks: ChunkDigests | None  # None: no digests recorded (older entries), or not asked to check them
 
 
 def _crc_ok(payload: bytes | memoryview, stored: bytes) -> bool:
@@ -52,14 +65,36 @@ def _plain_layout(meta: dict) -> tuple[list[int], list[int], np.dtype] | None:
     return shard, config["chunk_shape"], np.dtype(meta["data_type"]).newbyteorder("<")
 
 
-def read_array(array_dir: Path, selection: tuple[slice | list[int], ...]) -> np.ndarray | None:
-    """`selection`: a slice (step 1) or index list per dimension. None if the layout is not ours."""
+def _check_metadata(array_dir: Path, meta: dict, layout: tuple | None, written: Written) -> None:
+    """The array's zarr.json must say what was written: one flipped byte there would misplace every read."""
+    if layout is None:
+        raise ChecksumError(f"{array_dir.name}: not the layout it was written in")
+    shard, chunk, dtype = layout
+    expected_chunk = written.chunks.shape if written.chunks is not None else chunk
+    expected_shard = [ceil(n / c) * c for n, c in zip(written.shape, expected_chunk, strict=True)]
+    if (
+        tuple(meta["shape"]) != tuple(written.shape)
+        or dtype != written.dtype
+        or list(chunk) != list(expected_chunk)
+        or list(shard) != expected_shard
+    ):
+        raise ChecksumError(f"{array_dir.name}: metadata differs from what was written")
+
+
+def read_array(
+    array_dir: Path, selection: tuple[slice | list[int], ...], written: Written | None = None
+) -> np.ndarray | None:
+    """`selection`: a slice (step 1) or index list per dimension. None if the layout is not ours (and nothing was
+    recorded of it). With `written`, the metadata is checked against it, and each chunk read against its digest."""
     meta = json.loads((array_dir / "zarr.json").read_text())
     layout = _plain_layout(meta)
+    if written is not None:
+        _check_metadata(array_dir, meta, layout, written)
     if layout is None:
         return None
     shard, chunk, dtype = layout
     shape = meta["shape"]
+    digests = written.chunks.digests if written is not None and written.chunks is not None else None
     wanted = [range(*s.indices(n)) if isinstance(s, slice) else list(s) for s, n in zip(selection, shape, strict=True)]
     out = np.empty([len(w) for w in wanted], dtype=dtype)
     if out.size == 0:
@@ -94,6 +129,10 @@ def read_array(array_dir: Path, selection: tuple[slice | list[int], ...]) -> np.
                 if not _crc_ok(data[:-4], bytes(data[-4:])):
                     raise ChecksumError(f"{shard_path}: chunk {tuple(c for c, _ in coords)} checksum mismatch")
                 block = np.frombuffer(blosc.decode(data[:-4]), dtype=dtype).reshape(chunk)
+            if digests is not None:
+                at = flat_index(tuple(c for c, _ in coords), grid)
+                if at >= len(digests) or chunk_digest(block) != digests[at]:
+                    raise ChecksumError(f"{array_dir.name}: chunk {at} differs from what was written")
             src = tuple(_as_index(s) for _, (s, _) in coords)
             dst = tuple(_as_index(d) for _, (_, d) in coords)
             if all(isinstance(i, slice) for i in (*src, *dst)):

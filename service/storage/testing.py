@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from schemas.content_hash import content_hash
+from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
 from service.storage.protocol import BlobStore, Selection
 
@@ -25,7 +26,7 @@ class BlobStoreTests:
     def test_round_trip_is_bit_exact(self, store: BlobStore) -> None:
         written = tensors()
         digest = content_hash(written)
-        assert store.put_if_absent(digest, written) is True
+        assert store.put_if_absent(digest, written).written is True
         assert store.exists(digest)
         read = store.get(digest)
         assert content_hash(read.values()) == digest
@@ -34,8 +35,10 @@ class BlobStoreTests:
     def test_second_put_of_same_content_is_a_no_op(self, store: BlobStore) -> None:
         written = tensors()
         digest = content_hash(written)
-        assert store.put_if_absent(digest, written)
-        assert store.put_if_absent(digest, written) is False
+        first = store.put_if_absent(digest, written)
+        again = store.put_if_absent(digest, written)
+        assert first.written and not again.written
+        assert again.chunks == first.chunks  # one content, one layout, one set of digests
         assert list(store.iter()) == [digest]
 
     def test_slices_match_numpy_slices(self, store: BlobStore) -> None:
@@ -80,3 +83,24 @@ class BlobStoreTests:
         part = store.get_slice(digest, Selection(axis1={"hidden_states": ()}))
         assert part["hidden_states"].shape == (50, 0, 16)
         assert np.array_equal(part["input_ids"].numpy(), written[1].numpy())
+
+    def test_reads_are_checked_against_what_was_written(self, store: BlobStore) -> None:
+        written = tensors(tokens=300)
+        digest = content_hash(written)
+        chunks = store.put_if_absent(digest, written).chunks
+        infos = {t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape), chunks=chunks[t.name]) for t in written}
+        part = store.get_slice(digest, Selection(rows=(70, 201), axis1={"hidden_states": (1,)}), infos)
+        assert np.array_equal(part["hidden_states"].numpy(), written[0].numpy()[70:201][:, [1]])
+        for name in ("hidden_states", "input_ids"):  # a record the blob does not match is refused, never served
+            wrong_shape = dict(infos, **{name: infos[name].model_copy(update={"shape": [301, *infos[name].shape[1:]]})})
+            with pytest.raises(ValueError):
+                store.get_slice(digest, Selection(rows=(0, 10)), wrong_shape)
+            digests = list(chunks[name].digests)
+            digests[0] = "0" * 32
+            wrong_digest = chunks[name].model_copy(update={"digests": digests})
+            with pytest.raises(ValueError):
+                store.get_slice(
+                    digest,
+                    Selection(rows=(0, 10)),
+                    dict(infos, **{name: infos[name].model_copy(update={"chunks": wrong_digest})}),
+                )

@@ -9,17 +9,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import zarr
 
+from schemas.chunks import ChunkDigests, digests_of
 from schemas.files import atomic_write, fsync_dir, staging_owner, staging_path
 from schemas.keys import is_content_hash
-from schemas.tensors import RawTensor
+from schemas.manifest import TensorInfo
+from schemas.tensors import DTYPES, RawTensor
 from service.errors import ReadOnly
-from service.storage.protocol import Selection
-from service.storage.shard_reader import read_array
+from service.storage.protocol import Selection, Stored
+from service.storage.shard_reader import Written, read_array
 from service.storage.shard_writer import write_array, write_group
 
 
@@ -84,34 +87,40 @@ class LocalZarrStore:
         return self._blobs / hexdigest[:2] / hexdigest
 
     # -- writing -------------------------------------------------------------------------------------------------
-    def put_if_absent(self, content_hash: str, tensors: Sequence[RawTensor]) -> bool:
+    def put_if_absent(self, content_hash: str, tensors: Sequence[RawTensor]) -> Stored:
         self._writable()
         final = self._path(content_hash)
         if final.exists():
-            return False
+            return Stored(False, self._digests(tensors))
         staging = self._staging(final.name)
         try:
-            self._write_group(staging, content_hash, tensors)
+            digests = self._write_group(staging, content_hash, tensors)
             _fsync_tree(staging)
             final.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.rename(staging, final)
             except OSError:
                 if final.exists():  # another writer published the same content first
-                    return False
+                    return Stored(False, digests)
                 raise
             fsync_dir(final.parent)
-            return True
+            return Stored(True, digests)
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
 
-    def _write_group(self, path: Path, content_hash: str, tensors: Sequence[RawTensor]) -> None:
+    def _write_group(self, path: Path, content_hash: str, tensors: Sequence[RawTensor]) -> dict[str, ChunkDigests]:
         info = {t.name: {"dtype": t.dtype, "shape": list(t.shape)} for t in tensors}
         write_group(path, {"hsstore": {"content_hash": content_hash, "tensors": info}})
-        for tensor in sorted(tensors, key=lambda t: t.name):
-            # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded in the attributes
-            write_array(path / tensor.name, tensor.numpy(), self._chunk_shape(tensor.shape), {"dtype": tensor.dtype})
+        # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded in the attributes
+        return {
+            t.name: write_array(path / t.name, t.numpy(), self._chunk_shape(t.shape), {"dtype": t.dtype})
+            for t in sorted(tensors, key=lambda t: t.name)
+        }
+
+    def _digests(self, tensors: Sequence[RawTensor]) -> dict[str, ChunkDigests]:
+        """The digests the layout would have: what writing the same content records."""
+        return {t.name: digests_of(t.numpy(), self._chunk_shape(t.shape)) for t in tensors}
 
     def _chunk_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """Inner chunks: `chunk_tokens` rows x one position along axis 1 (so a slice of axis 1, such as some of the
@@ -131,12 +140,16 @@ class LocalZarrStore:
     def get(self, content_hash: str) -> dict[str, RawTensor]:
         return self.get_slice(content_hash, Selection())
 
-    def get_slice(self, content_hash: str, selection: Selection) -> dict[str, RawTensor]:
+    def get_slice(
+        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo] | None = None
+    ) -> dict[str, RawTensor]:
         root = self._path(content_hash)
-        try:
+        if not root.is_dir():
+            raise KeyError(content_hash)
+        if written is not None:  # what the manifest recorded, not what the (changeable) group metadata says now
+            info = {name: {"dtype": t.dtype, "shape": t.shape} for name, t in written.items()}
+        else:
             info = json.loads((root / "zarr.json").read_text())["attributes"]["hsstore"]["tensors"]
-        except FileNotFoundError:
-            raise KeyError(content_hash) from None
         out: dict[str, RawTensor] = {}
         for name in sorted(info):
             ndim = len(info[name]["shape"])
@@ -144,7 +157,11 @@ class LocalZarrStore:
             if name in selection.axis1:
                 index.append(list(selection.axis1[name]))
             index += [slice(None)] * (ndim - len(index))
-            data = read_array(root / name, tuple(index))
+            record = None
+            if written is not None:
+                tensor = written[name]
+                record = Written(tuple(tensor.shape), np.dtype(DTYPES[tensor.dtype][1]), tensor.chunks)
+            data = read_array(root / name, tuple(index), record)
             if data is None:  # not the layout we write: let zarr read it
                 data = self._open(content_hash)[name].get_orthogonal_selection(tuple(index))
             out[name] = RawTensor.from_numpy(name, info[name]["dtype"], data)

@@ -116,7 +116,7 @@ def test_a_full_disk_is_507_and_publishes_nothing(
 
 @pytest.mark.parametrize(
     "damage",
-    ["delete the shard", "truncate the shard", "delete the array's zarr.json", "truncate the group's zarr.json"],
+    ["delete the shard", "truncate the shard", "delete the array's zarr.json", "truncate the array's zarr.json"],
 )
 def test_damaged_files_are_corrupt_entry_without_server_paths(
     counted: Counted, settings: Settings, damage: str
@@ -129,7 +129,7 @@ def test_damaged_files_are_corrupt_entry_without_server_paths(
         "delete the shard": shard,
         "truncate the shard": shard,
         "delete the array's zarr.json": blob / "hidden_states" / "zarr.json",
-        "truncate the group's zarr.json": blob / "zarr.json",
+        "truncate the array's zarr.json": blob / "hidden_states" / "zarr.json",
     }[damage]
     if damage.startswith("delete"):
         target.unlink()
