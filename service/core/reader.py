@@ -119,11 +119,8 @@ class FeatureReader:
         return Served(manifest, tensors, part, served_hash)
 
     def read_part(self, manifest: Manifest, selection: Selection, check_chunks: bool = True) -> dict[str, RawTensor]:
-        written = manifest.tensors
-        if not check_chunks:
-            written = {name: info.model_copy(update={"chunks": None}) for name, info in written.items()}
         try:
-            return self.store.get_slice(manifest.content_hash, selection, written)
+            return self.store.get_slice(manifest.content_hash, selection, manifest.tensors, check_chunks)
         except KeyError:
             raise CorruptEntry(f"the catalog lists {manifest.content_hash} but its blob is missing") from None
         except (ValueError, OSError) as exc:  # a failed crc32c, a malformed index or metadata, a missing file

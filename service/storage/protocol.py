@@ -43,11 +43,15 @@ class BlobStore(Protocol):
         """Every tensor of a blob; KeyError if absent."""
 
     def get_slice(
-        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo] | None = None
+        self,
+        content_hash: str,
+        selection: Selection,
+        written: Mapping[str, TensorInfo] | None = None,
+        check_digests: bool = True,
     ) -> dict[str, RawTensor]:
         """Only the chunks the selection needs are read. With `written` (the manifest's tensors), every array's
-        metadata is checked against it and every chunk read against its digest where one is recorded; ValueError
-        for any difference."""
+        metadata is checked against it and, with `check_digests`, every chunk read against its recorded digest;
+        ValueError for any difference."""
 
     def exists(self, content_hash: str) -> bool: ...
 

@@ -141,7 +141,11 @@ class LocalZarrStore:
         return self.get_slice(content_hash, Selection())
 
     def get_slice(
-        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo] | None = None
+        self,
+        content_hash: str,
+        selection: Selection,
+        written: Mapping[str, TensorInfo] | None = None,
+        check_digests: bool = True,
     ) -> dict[str, RawTensor]:
         root = self._path(content_hash)
         if not root.is_dir():
@@ -160,7 +164,8 @@ class LocalZarrStore:
             record = None
             if written is not None:
                 tensor = written[name]
-                record = Written(tuple(tensor.shape), np.dtype(DTYPES[tensor.dtype][1]), tensor.chunks)
+                dtype = np.dtype(DTYPES[tensor.dtype][1])
+                record = Written(tuple(tensor.shape), dtype, tensor.chunks, check_digests)
             data = read_array(root / name, tuple(index), record)
             if data is None:  # not the layout we write: let zarr read it
                 data = self._open(content_hash)[name].get_orthogonal_selection(tuple(index))
