@@ -90,9 +90,14 @@ def rebuild_catalog(data_dir: Path) -> None:
 
     services = build_services(Settings.load(data_dir=data_dir, model_dir=None))
     try:
-        typer.echo(f"{services.writer.rebuild_catalog()} versions re-added")
+        report = services.rebuilder.rebuild()
     finally:
         services.close()
+    for name, why in report.rejected:
+        typer.echo(f"skipped {name[:16]}: {why}", err=True)
+    typer.echo(f"{report.added} versions re-added, {report.present} already there, {len(report.rejected)} skipped")
+    if report.rejected:
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":

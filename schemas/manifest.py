@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -43,6 +44,12 @@ class AuditRecord(BaseModel):
     audited_at: str
     reproduced_hash: str
     fingerprint: Fingerprint
+
+
+def document_name(document: bytes) -> str:
+    """The name a manifest document is stored under: the sha256 of its bytes, so that a document whose bytes
+    changed no longer matches its name (the rebuild's check of every field at once)."""
+    return hashlib.sha256(document).hexdigest()
 
 
 class Manifest(BaseModel):

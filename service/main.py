@@ -21,6 +21,7 @@ from service.core.auditor import Auditor
 from service.core.gate import ExtractionGate
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
+from service.core.rebuild import CatalogRebuilder
 from service.core.windows import Windows
 from service.core.writer import FeatureWriter
 from service.errors import HsstoreError
@@ -104,6 +105,7 @@ class Services:
     reader: FeatureReader
     writer: FeatureWriter
     auditor: Auditor
+    rebuilder: CatalogRebuilder
     queue: JobQueue
     runner: JobRunner | None
 
@@ -156,6 +158,7 @@ def build_services(
         reader=reader,
         writer=writer,
         auditor=Auditor(reader, writer, versions, gate, preparer),
+        rebuilder=CatalogRebuilder(store, versions),
         queue=JobQueue(job_store, gate, preparer),
         runner=runner,
     )

@@ -13,8 +13,8 @@ from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
 from schemas.backend import Backend
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
-from schemas.keys import EntryKey, version_name
-from schemas.manifest import Manifest, TensorInfo
+from schemas.keys import EntryKey
+from schemas.manifest import Manifest, TensorInfo, document_name
 from schemas.samples import ParsedSample
 from schemas.states import CompletionSource, ExtractStatus
 from schemas.tensors import RawTensor
@@ -165,21 +165,12 @@ class FeatureWriter:
                 }
             )
             document = manifest.model_dump_json().encode()
-            self.store.put_manifest(version_name(manifest.key, manifest.content_hash), document)
+            self.store.put_manifest(document_name(document), document)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # staging is removed: nothing half-written is visible
                 raise StorageFull(f"the store has no room for {manifest.content_hash}: nothing was stored") from None
             raise
         return self.versions.add(manifest)
-
-    def rebuild_catalog(self) -> int:
-        """Re-add every version whose manifest document and blob exist (after losing the catalog)."""
-        added = 0
-        for document in self.store.iter_manifests():
-            manifest = Manifest.model_validate_json(document)
-            if self.store.exists(manifest.content_hash):
-                added += self.versions.add(manifest)[1]
-        return added
 
 
 def _with_completion(sample: PreparedSample, completion: tuple[list[int], CompletionSource] | None) -> PreparedSample:

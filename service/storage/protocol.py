@@ -63,7 +63,8 @@ class BlobStore(Protocol):
     def put_manifest(self, name: str, document: bytes) -> None:
         """Write a manifest document atomically (idempotent for one name)."""
 
-    def iter_manifests(self) -> Iterator[bytes]: ...
+    def iter_manifests(self) -> Iterator[tuple[str, bytes]]:
+        """Every manifest document as (the name it was put under, its bytes)."""
 
     def ping(self) -> None:
         """Raise if the store cannot be reached."""

@@ -71,7 +71,7 @@ class BlobStoreTests:
         store.put_manifest("ab" * 32, b'{"a": 1}')
         store.put_manifest("ab" * 32, b'{"a": 1}')
         store.put_manifest("cd" * 32, b'{"b": 2}')
-        assert sorted(store.iter_manifests()) == [b'{"a": 1}', b'{"b": 2}']
+        assert sorted(store.iter_manifests()) == [("ab" * 32, b'{"a": 1}'), ("cd" * 32, b'{"b": 2}')]
 
     def test_ping(self, store: BlobStore) -> None:
         store.ping()

@@ -199,9 +199,9 @@ class LocalZarrStore:
             return
         atomic_write(final, document, staging_dir=self._tmp)
 
-    def iter_manifests(self) -> Iterator[bytes]:
+    def iter_manifests(self) -> Iterator[tuple[str, bytes]]:
         for path in sorted(self._manifests.rglob("*.json")):
-            yield path.read_bytes()
+            yield path.stem, path.read_bytes()
 
     def ping(self) -> None:
         access = os.R_OK if self.read_only else os.W_OK

@@ -61,7 +61,8 @@ def test_catalog_can_be_rebuilt_from_the_store(settings: Settings, tiny_loaded: 
     services.close()
     settings.catalog_path.unlink()
     rebuilt = build_services(settings.model_copy(update={"model_dir": None}))
-    assert rebuilt.writer.rebuild_catalog() == 3
+    report = rebuilt.rebuilder.rebuild()
+    assert (report.added, report.present, report.rejected) == (3, 0, [])
     for result in results:
         key = FeatureKey(prompt_hash=result.prompt_hash)
         assert rebuilt.reader.resolve(key).content_hash == result.manifest.content_hash
