@@ -16,7 +16,7 @@ from client.cache import FeatureCache
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
-from client.transport import Transport
+from client.transport import Transport, batch_error
 from schemas import wire
 from schemas.api import (
     AuditReport,
@@ -139,7 +139,12 @@ class FeatureClient:
             raise IntegrityError(f"malformed batch body: {exc}") from None
         if len(frames) != len(request.keys):
             raise IntegrityError(f"asked for {len(request.keys)} entries, received {len(frames)}")
-        return [self._received(frame) for frame in frames]
+        received = []
+        for index, (frame, item) in enumerate(zip(frames, request.keys, strict=True)):
+            if frame.kind == wire.ERROR:
+                raise batch_error(index, item, frame.body)
+            received.append(self._received(frame.body))
+        return received
 
     def _received(self, body: bytes | bytearray | memoryview) -> Features:
         features = decode_verified(body)

@@ -135,10 +135,14 @@ BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
 }
 
 
-def error_for(status: int, code: str | None, message: str) -> HsstoreError:
-    """The exception for an error answer; a code this client does not know falls back on the status."""
+def error_for(status: int | None, code: str | None, message: str) -> HsstoreError:
+    """The exception for an error answer (`status` None: an error frame inside a 200); a code this client does
+    not know falls back on the status."""
     try:
         cls = BY_CODE[ErrorCode(code)]
     except ValueError:
-        cls = NotFoundError if status == 404 else ServerError if status >= 500 else InvalidRequestError
+        if status is None or status >= 500:
+            cls = ServerError
+        else:
+            cls = NotFoundError if status == 404 else InvalidRequestError
     return cls(message, status, code)

@@ -3,6 +3,7 @@ tests), failures turned into the client's own errors, bodies streamed into one b
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from client.errors import ConnectionFailed, HsstoreError, IntegrityError, NotHsstoreError, error_for
+from schemas.api import BatchItem
 from schemas.errors import ERROR_HEADER, ErrorCode
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -98,6 +100,16 @@ class Transport:
             f"{response.status_code} ({kind}), not as an hsstore service does: is this the right URL?",
             response.status_code,
         )
+
+
+def batch_error(index: int, item: BatchItem, body: memoryview) -> HsstoreError:
+    """The error a batch frame carries, naming the key it was for."""
+    try:
+        detail = json.loads(bytes(body))["error"]
+        code, message = detail["code"], str(detail["message"])
+    except (ValueError, KeyError, TypeError):
+        return IntegrityError(f"keys[{index}]: a malformed error frame")
+    return error_for(None, code, f"keys[{index}] (prompt_hash {item.prompt_hash[:12]}…): {message}")
 
 
 def _reason(exc: httpx.TransportError) -> str:

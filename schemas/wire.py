@@ -125,25 +125,40 @@ def decode(body: bytes | bytearray | memoryview) -> Decoded:
     return Decoded(tensors=tensors, metadata={str(k): str(v) for k, v in metadata.items()})
 
 
-# A batch response is a sequence of frames, each an 8-byte little-endian length and then one safetensors body, so a
-# client can slice every body out of one receive buffer without copying.
-FRAME_PREFIX = struct.Struct("<Q")
+# A batch response is a sequence of frames, one per key in order, each an 8-byte little-endian length, a 1-byte
+# kind and then its body: a safetensors body (FEATURES), or the error envelope `{"error": {"code", "message"}}` as
+# JSON (ERROR) for a key that could not be served once the response had begun; the other frames still arrive. A
+# client slices every body out of one receive buffer without copying.
+FRAME_PREFIX = struct.Struct("<QB")
+FEATURES, ERROR = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    kind: int
+    body: memoryview
 
 
 def frame_length(parts: list[memoryview | bytes]) -> int:
     return sum(memoryview(p).nbytes for p in parts)
 
 
-def split_frames(body: bytes | bytearray | memoryview) -> list[memoryview]:
+def frame_prefix(kind: int, length: int) -> bytes:
+    return FRAME_PREFIX.pack(length, kind)
+
+
+def split_frames(body: bytes | bytearray | memoryview) -> list[Frame]:
     view = memoryview(body).cast("B")
     frames, offset = [], 0
     while offset < view.nbytes:
-        if offset + 8 > view.nbytes:
-            raise WireFormatError("truncated frame length")
-        (length,) = FRAME_PREFIX.unpack_from(view, offset)
-        offset += 8
+        if offset + FRAME_PREFIX.size > view.nbytes:
+            raise WireFormatError("truncated frame prefix")
+        length, kind = FRAME_PREFIX.unpack_from(view, offset)
+        offset += FRAME_PREFIX.size
+        if kind not in (FEATURES, ERROR):
+            raise WireFormatError(f"unknown frame kind {kind}")
         if offset + length > view.nbytes:
             raise WireFormatError(f"frame of {length} bytes runs past the body")
-        frames.append(view[offset : offset + length])
+        frames.append(Frame(kind, view[offset : offset + length]))
         offset += length
     return frames

@@ -52,6 +52,16 @@ def error_response(status: int, code: ErrorCode, message: str, headers: dict[str
     )
 
 
+def error_frame(exc: Exception) -> bytes:
+    """The envelope of an error met after a response began (a batch frame): mapped as a response would be."""
+    if isinstance(exc, errors.HsstoreError):
+        detail = ErrorDetail(code=exc.code, message=exc.message)
+    else:
+        log.error("unhandled error in a batch frame: %r", exc)
+        detail = ErrorDetail(code=ErrorCode.INTERNAL, message="the service failed unexpectedly; its log says why")
+    return ErrorBody(error=detail).model_dump_json().encode()
+
+
 def status_for(exc: errors.HsstoreError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:

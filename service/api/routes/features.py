@@ -10,6 +10,7 @@ from schemas import wire
 from schemas.api import BatchRequest
 from schemas.manifest import Manifest
 from service.api.deps import ReaderDep, ReadScope, SettingsDep
+from service.api.error_handlers import error_frame
 from service.api.openapi import binary, errors
 from service.api.queries import FeatureQueryDep
 from service.api.streaming import slices, stream
@@ -106,11 +107,18 @@ def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsD
     async def frames() -> AsyncIterator[bytes | memoryview]:
         upcoming = read(0)
         for index in range(len(resolved)):
-            served = await upcoming
+            try:
+                served = await upcoming
+            except Exception as exc:  # the 200 is out: this key gets an error frame, the others still arrive
+                body = error_frame(exc)
+                yield wire.frame_prefix(wire.ERROR, len(body)) + body
+                served = None
             if index + 1 < len(resolved):
                 upcoming = read(index + 1)  # the next blob decodes while this one streams
+            if served is None:
+                continue
             parts = wire.encode_parts(served.tensors.values(), served.metadata())
-            yield wire.FRAME_PREFIX.pack(wire.frame_length(parts))
+            yield wire.frame_prefix(wire.FEATURES, wire.frame_length(parts))
             async for piece in slices(parts):
                 yield piece
 
