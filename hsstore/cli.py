@@ -100,5 +100,35 @@ def rebuild_catalog(data_dir: Path) -> None:
         raise typer.Exit(1)
 
 
+@app.command()
+def verify(
+    data_dir: Path,
+    sample: Annotated[int | None, typer.Option(min=1, help="check this many versions at random, not all")] = None,
+    restart: Annotated[bool, typer.Option(help="start over rather than resume where the last scrub stopped")] = False,
+    seed: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """Scrub the store: read every version's bytes and check them against what was written (chunk digests, content
+    hash); corrupt ones are marked in the catalog and never served as valid. Resumes an interrupted scrub."""
+    from hsstore.cli_options import console, progress_bar
+    from service.main import build_services
+    from service.settings import Settings
+
+    services = build_services(Settings.load(data_dir=data_dir, model_dir=None))
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task("verify", total=None)
+            report = services.verifier.scrub(
+                sample, restart, seed, on_checked=lambda done, total: bar.update(task, completed=done, total=total)
+            )
+    finally:
+        services.close()
+    for bad in report.corrupt:
+        typer.echo(f"CORRUPT {bad.prompt_hash[:12]}  {bad.backend:10}  {bad.content_hash[:23]}  {bad.detail}")
+    resumed = f" (resumed after catalog position {report.resumed_after})" if report.resumed_after else ""
+    console.print(f"{report.checked} versions checked{resumed}: {report.intact} intact, {len(report.corrupt)} corrupt")
+    if report.corrupt:
+        raise typer.Exit(1)
+
+
 if __name__ == "__main__":
     app()

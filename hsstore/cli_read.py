@@ -128,7 +128,10 @@ def audit(
         report = c.audit(sample, backend, seed)
     prompts = out.short_ids(r.prompt_hash for r in report.results)
     for result in report.results:
-        mark = "reproduced" if result.reproduced else f"MISMATCH: now {result.reproduced_hash}"
+        if result.stored != "intact":
+            mark = "STORED BYTES CORRUPT (marked; extract again to repair)"
+        else:
+            mark = "reproduced" if result.reproduced else f"MISMATCH: now {result.reproduced_hash}"
         typer.echo(f"{prompts[result.prompt_hash]}  {result.backend:10}  {result.content_hash[:23]}  {mark}")
     skipped = f"; skipped {report.skipped}: {report.skipped_reason}" if report.skipped else ""
     typer.echo(f"{report.reproduced}/{report.total} reproduced bit for bit{skipped}")

@@ -10,7 +10,7 @@ from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import FeatureKey
 from schemas.manifest import Manifest
 from schemas.samples import SAMPLE_JSON_SCHEMA
-from schemas.states import ExtractStatus, JobState
+from schemas.states import ExtractStatus, Integrity, JobState
 from schemas.tokens import TokenRange, parse_token_range
 
 # Samples stay raw JSON objects in request models: their hash is taken over what was sent, and each is validated on
@@ -101,8 +101,24 @@ class AuditResult(BaseModel):
     backend: str
     featureset_id: str
     content_hash: str
+    stored: Integrity = Integrity.INTACT  # the stored bytes, read and checked before re-extracting
     reproduced: bool
     reproduced_hash: str
+
+
+class VerifyResult(BaseModel):
+    prompt_hash: str
+    backend: str
+    content_hash: str
+    status: Integrity
+    detail: str | None = None
+
+
+class VerifyReport(BaseModel):
+    checked: int
+    intact: int
+    corrupt: list[VerifyResult]
+    resumed_after: int = 0  # the catalog position a resumed scrub began after
 
 
 class AuditReport(BaseModel):

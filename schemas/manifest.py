@@ -11,7 +11,7 @@ from schemas.backend import Fingerprint
 from schemas.chunks import ChunkDigests
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryKey, FeatureKey
-from schemas.states import AuditStatus, CompletionSource
+from schemas.states import AuditStatus, CompletionSource, Integrity
 
 SCHEMA_VERSION = 1
 
@@ -52,6 +52,16 @@ def document_name(document: bytes) -> str:
     return hashlib.sha256(document).hexdigest()
 
 
+class IntegrityRecord(BaseModel):
+    """The last check of the stored bytes against what was written (chunk digests and content hash)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Integrity
+    checked_at: str
+    detail: str | None = None  # what failed, for a corrupt one
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -74,6 +84,7 @@ class Manifest(BaseModel):
     created_at: str
     seq: int | None = None  # the catalog's order of insertion; set when read back from the catalog
     audit: AuditRecord | None = None  # set by the catalog when this version has been audited
+    integrity: IntegrityRecord | None = None  # set by the catalog when its stored bytes have been checked
 
     @property
     def key(self) -> EntryKey:

@@ -30,6 +30,13 @@ class AuditStatus(StrEnum):
     MISMATCH = "mismatch"
 
 
+class Integrity(StrEnum):
+    """What the last check of a version's stored bytes found (`hsstore verify`, or an audit)."""
+
+    INTACT = "intact"
+    CORRUPT = "corrupt"
+
+
 class CompletionSource(StrEnum):
     """Where an entry's completion tokens came from."""
 

@@ -22,6 +22,7 @@ from service.core.gate import ExtractionGate
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
 from service.core.rebuild import CatalogRebuilder
+from service.core.verifier import Verifier
 from service.core.windows import Windows
 from service.core.writer import FeatureWriter
 from service.errors import HsstoreError
@@ -105,6 +106,7 @@ class Services:
     reader: FeatureReader
     writer: FeatureWriter
     auditor: Auditor
+    verifier: Verifier
     rebuilder: CatalogRebuilder
     queue: JobQueue
     runner: JobRunner | None
@@ -123,13 +125,15 @@ def build_services(
     database = SqliteDatabase(settings.catalog_path, read_only=read_only)
     store = LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only)
     versions, job_store = SqliteVersionCatalog(database), SqliteJobStore(database)
-    windows = Windows(settings.windows, SqliteKeyValue(database), settings.windows_enforced, settings.window_margin_s)
+    kv = SqliteKeyValue(database)
+    windows = Windows(settings.windows, kv, settings.windows_enforced, settings.window_margin_s)
     models = build_models(settings, loaded, on_event)
     gate = ExtractionGate(models, windows)
     preparer = RequestPreparer(settings.default_backend, settings.max_sample_tokens)
     metrics = Metrics()
     reader = FeatureReader(store, versions, settings.verify_reads)
     writer = FeatureWriter(store, versions, gate, preparer, metrics, settings.writer_threads)
+    verifier = Verifier(store, versions, kv)
     runner = None
     if models is not None:
         sglang = SGLangClient(settings.sglang_url) if settings.sglang_url else None
@@ -157,7 +161,8 @@ def build_services(
         metrics=metrics,
         reader=reader,
         writer=writer,
-        auditor=Auditor(reader, writer, versions, gate, preparer),
+        auditor=Auditor(reader, writer, versions, gate, preparer, verifier),
+        verifier=verifier,
         rebuilder=CatalogRebuilder(store, versions),
         queue=JobQueue(job_store, gate, preparer),
         runner=runner,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from schemas.keys import EntryFilter, EntryKey
-from schemas.manifest import AuditRecord, Manifest
+from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import ItemState, JobState
 from service.catalog.job_records import JobItem, JobRecord, NewItem
 
@@ -25,6 +25,9 @@ class VersionCatalog(Protocol):
 
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
         """Attach the outcome of re-extracting one version; it shows in that version's manifest."""
+
+    def set_integrity(self, content_hash: str, record: IntegrityRecord | None) -> None:
+        """What the last check of a blob's bytes found, shown in every version stored in it (None clears it)."""
 
     def count(self) -> int: ...
 

@@ -11,13 +11,14 @@ from schemas.backend import Backend
 from schemas.content_hash import content_hash
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import AuditRecord, Manifest
-from schemas.states import AuditStatus, CompletionSource
+from schemas.states import AuditStatus, CompletionSource, Integrity
 from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
 from service.core.comparison import compare_hidden_states
 from service.core.gate import ExtractionGate
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
+from service.core.verifier import Verifier
 from service.core.writer import FeatureWriter
 from service.errors import AmbiguousEntry, EntryNotFound, InvalidRequest
 from service.extraction.extractor import Extractor
@@ -34,7 +35,9 @@ class Auditor:
         versions: VersionCatalog,
         gate: ExtractionGate,
         preparer: RequestPreparer,
+        verifier: Verifier,
     ) -> None:
+        self.verifier = verifier
         self.reader = reader
         self.writer = writer
         self.versions = versions
@@ -115,6 +118,9 @@ class Auditor:
         )
 
     def _audit_one(self, spec: ModelSpec, extractor: Extractor, manifest: Manifest) -> AuditResult:
+        """Read and check the stored bytes first (an audit that only re-extracted would call a damaged entry
+        reproduced), then re-extract and compare hashes."""
+        stored = self.verifier.check(manifest).status
         encoded = self.preparer.sample(spec, manifest.sample).encoded
         if manifest.completion_source == CompletionSource.GREEDY_SGLANG:  # not ours to re-ask: reuse its tokens
             completion = self.reader.token_ids(manifest)[manifest.prompt_tokens :]
@@ -141,6 +147,7 @@ class Auditor:
             backend=manifest.backend,
             featureset_id=manifest.featureset_id,
             content_hash=manifest.content_hash,
-            reproduced=ok,
+            stored=stored,
+            reproduced=ok and stored == Integrity.INTACT,
             reproduced_hash=reproduced_hash,
         )

@@ -12,6 +12,7 @@ from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import Manifest
+from schemas.states import Integrity
 from schemas.tensors import RawTensor, TensorLayout
 from schemas.tokens import TokenRange
 from service.catalog.protocol import VersionCatalog
@@ -74,7 +75,13 @@ class FeatureReader:
                 f"prompt_hash {key.prompt_hash} has {len(keys)} entries ({_describe_keys(found)}); "
                 "name model_revision, backend and/or featureset"
             )
-        return max(found, key=lambda m: m.seq or 0)
+        newest = max(found, key=lambda m: m.seq or 0)
+        if newest.integrity is not None and newest.integrity.status == Integrity.CORRUPT:
+            raise CorruptEntry(
+                f"stored entry {newest.content_hash} was found corrupt at {newest.integrity.checked_at} "
+                f"({newest.integrity.detail}); extracting it again (force) repairs it"
+            )
+        return newest
 
     def part(self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None) -> Part:
         """The part of an entry `layers` and `tokens` select; InvalidRequest if it is not in the entry or empty."""

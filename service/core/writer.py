@@ -13,10 +13,10 @@ from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
 from schemas.backend import Backend
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
-from schemas.keys import EntryKey
+from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import Manifest, TensorInfo, document_name
 from schemas.samples import ParsedSample
-from schemas.states import CompletionSource, ExtractStatus
+from schemas.states import CompletionSource, ExtractStatus, Integrity
 from schemas.tensors import RawTensor
 from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
@@ -79,7 +79,7 @@ class FeatureWriter:
         for index, sample in enumerate(samples):
             key = EntryKey(sample.parsed.prompt_hash, models.spec.revision, backend.value, featureset.id)
             existing = self.versions.versions(key)
-            if existing and not request.force:
+            if existing and not request.force and not _corrupt(existing[0]):
                 results[index] = _result(sample.parsed, ExtractStatus.EXISTING, existing[0])
                 continue
             flight, leads = self._flights.join(key)
@@ -144,6 +144,9 @@ class FeatureWriter:
                 for future in in_flight:
                     future.result()
 
+    def _marked_corrupt(self, content_hash: str) -> bool:
+        return any(_corrupt(m) for m in self.versions.find(EntryFilter(content_hash=content_hash), limit=1))
+
     def record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
         """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new."""
         if content_hash(tensors) != manifest.content_hash:
@@ -152,6 +155,9 @@ class FeatureWriter:
 
     def _record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
         try:
+            if self._marked_corrupt(manifest.content_hash):  # re-extraction repairs: the damaged blob goes first
+                self.store.delete(manifest.content_hash)
+                self.versions.set_integrity(manifest.content_hash, None)
             stored = self.store.put_if_absent(manifest.content_hash, tensors)
             # the chunk digests go into the manifest: every later read of any part is checked against them
             manifest = manifest.model_copy(
@@ -171,6 +177,10 @@ class FeatureWriter:
                 raise StorageFull(f"the store has no room for {manifest.content_hash}: nothing was stored") from None
             raise
         return self.versions.add(manifest)
+
+
+def _corrupt(manifest: Manifest) -> bool:
+    return manifest.integrity is not None and manifest.integrity.status == Integrity.CORRUPT
 
 
 def _with_completion(sample: PreparedSample, completion: tuple[list[int], CompletionSource] | None) -> PreparedSample:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schemas.keys import EntryFilter, EntryKey, prefix_bounds
-from schemas.manifest import AuditRecord, Manifest
+from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from service.catalog.sqlite.database import SqliteDatabase
 
 _SCHEMA = """
@@ -17,11 +17,13 @@ CREATE TABLE IF NOT EXISTS versions (
     created_at     TEXT NOT NULL,
     manifest       TEXT NOT NULL,
     audit          TEXT,
+    integrity      TEXT,
     UNIQUE (prompt_hash, model_revision, backend, featureset_id, content_hash)
 );
 CREATE INDEX IF NOT EXISTS versions_prompt ON versions (prompt_hash);
 CREATE INDEX IF NOT EXISTS versions_created ON versions (created_at);
 """
+_ROW = "SELECT seq, manifest, audit, integrity FROM versions"
 _KEY_COLUMNS = ("prompt_hash", "model_revision", "backend", "featureset_id", "content_hash")
 # filter field -> column; the hashes match as prefixes
 _FILTER_COLUMNS = {
@@ -42,18 +44,21 @@ class SqliteVersionCatalog:
             return
         with db.writing() as conn:
             columns = {row[1] for row in conn.execute("PRAGMA table_info(versions)")}
-            if "audit" not in columns:  # catalogs written before audits existed
-                conn.execute("ALTER TABLE versions ADD COLUMN audit TEXT")
+            for column in ("audit", "integrity"):  # catalogs written before these existed
+                if column not in columns:
+                    conn.execute(f"ALTER TABLE versions ADD COLUMN {column} TEXT")
 
     @staticmethod
-    def _manifest(seq: int, document: str, audit: str | None) -> Manifest:
+    def _manifest(seq: int, document: str, audit: str | None, integrity: str | None) -> Manifest:
         update: dict[str, object] = {"seq": seq}
         if audit is not None:
             update["audit"] = AuditRecord.model_validate_json(audit)
+        if integrity is not None:
+            update["integrity"] = IntegrityRecord.model_validate_json(integrity)
         return Manifest.model_validate_json(document).model_copy(update=update)
 
     def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
-        document = manifest.model_copy(update={"seq": None, "audit": None}).model_dump_json()
+        document = manifest.model_copy(update={"seq": None, "audit": None, "integrity": None}).model_dump_json()
         key = tuple(getattr(manifest, c) for c in _KEY_COLUMNS)
         with self.db.writing() as conn:
             cursor = conn.execute(
@@ -63,7 +68,8 @@ class SqliteVersionCatalog:
             )
             added = cursor.rowcount == 1
             row = conn.execute(
-                "SELECT seq, manifest, audit FROM versions WHERE " + " AND ".join(f"{c} = ?" for c in _KEY_COLUMNS),
+                "SELECT seq, manifest, audit, integrity FROM versions WHERE "
+                + " AND ".join(f"{c} = ?" for c in _KEY_COLUMNS),
                 key,
             ).fetchone()
         return self._manifest(*row), added
@@ -71,7 +77,7 @@ class SqliteVersionCatalog:
     def versions(self, key: EntryKey) -> list[Manifest]:
         with self.db.connection() as conn:
             rows = conn.execute(
-                "SELECT seq, manifest, audit FROM versions WHERE prompt_hash = ? AND model_revision = ? AND backend = ?"
+                f"{_ROW} WHERE prompt_hash = ? AND model_revision = ? AND backend = ?"
                 " AND featureset_id = ? ORDER BY seq DESC",
                 (key.prompt_hash, key.model_revision, key.backend, key.featureset_id),
             ).fetchall()
@@ -93,7 +99,7 @@ class SqliteVersionCatalog:
             params.append(where.since)
         with self.db.connection() as conn:
             rows = conn.execute(
-                f"SELECT seq, manifest, audit FROM versions WHERE {' AND '.join(clauses)} ORDER BY seq LIMIT ?",
+                f"{_ROW} WHERE {' AND '.join(clauses)} ORDER BY seq LIMIT ?",
                 (*params, limit),
             ).fetchall()
         return [self._manifest(*row) for row in rows]
@@ -111,6 +117,13 @@ class SqliteVersionCatalog:
                     key.featureset_id,
                     content_hash,
                 ),
+            )
+
+    def set_integrity(self, content_hash: str, record: IntegrityRecord | None) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                "UPDATE versions SET integrity = ? WHERE content_hash = ?",
+                (record.model_dump_json() if record is not None else None, content_hash),
             )
 
     def count(self) -> int:
