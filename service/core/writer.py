@@ -154,29 +154,33 @@ class FeatureWriter:
         return self._record(manifest, tensors)
 
     def _record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
+        if self._marked_corrupt(manifest.content_hash):  # re-extraction repairs: the damaged blob goes first
+            self.store.delete(manifest.content_hash)
+            self.versions.set_integrity(manifest.content_hash, None)
+        stored = None
         try:
-            if self._marked_corrupt(manifest.content_hash):  # re-extraction repairs: the damaged blob goes first
-                self.store.delete(manifest.content_hash)
-                self.versions.set_integrity(manifest.content_hash, None)
             stored = self.store.put_if_absent(manifest.content_hash, tensors)
             # the chunk digests go into the manifest: every later read of any part is checked against them
-            manifest = manifest.model_copy(
-                update={
-                    "tensors": {
-                        name: info.model_copy(update={"chunks": stored.chunks.get(name)})
-                        for name, info in manifest.tensors.items()
-                    },
-                    "seq": None,
-                    "audit": None,
-                }
-            )
+            chunks = {
+                name: info.model_copy(update={"chunks": stored.chunks.get(name)})
+                for name, info in manifest.tensors.items()
+            }
+            manifest = manifest.model_copy(update={"tensors": chunks, "seq": None, "audit": None})
             document = manifest.model_dump_json().encode()
             self.store.put_manifest(document_name(document), document)
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # staging is removed: nothing half-written is visible
+            return self.versions.add(manifest)
+        except BaseException as exc:
+            if stored is not None and stored.written:
+                self._drop_orphan(manifest.content_hash)
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StorageFull(f"the store has no room for {manifest.content_hash}: nothing was stored") from None
             raise
-        return self.versions.add(manifest)
+
+    def _drop_orphan(self, content_hash: str) -> None:
+        """A blob this write published whose version never made it into the catalog goes again, unless another
+        version (of another key with the same bits) came to use it meanwhile."""
+        if not self.versions.find(EntryFilter(content_hash=content_hash), limit=1):
+            self.store.delete(content_hash)
 
 
 def _corrupt(manifest: Manifest) -> bool:

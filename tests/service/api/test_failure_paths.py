@@ -114,6 +114,17 @@ def test_a_full_disk_is_507_and_publishes_nothing(
     assert counted.opened == 1
 
 
+def test_a_disk_that_fills_after_the_blob_leaves_no_orphan(
+    counted: Counted, app: FastAPI, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(app.state.store, "put_manifest", full)  # the blob is published, its document is not
+    assert_envelope(counted.request("POST", "/v1/extract", json={"samples": [GOOD]}), 507, "storage_full")
+    assert stored_files(settings) == [] and counted.request("GET", "/v1/entries").json()["entries"] == []
+
+
 @pytest.mark.parametrize(
     "damage",
     ["delete the shard", "truncate the shard", "delete the array's zarr.json", "truncate the array's zarr.json"],
