@@ -236,3 +236,19 @@ def foreign_url() -> Iterator[str]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+
+
+@pytest.fixture
+def forward_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of every forward any extractor runs from now on (probes included), in order."""
+    from service.extraction.extractor import Extractor
+
+    sizes: list[int] = []
+    original = Extractor._forward
+
+    def counting(self: Extractor, rows: list, *args: object, **kwargs: object) -> object:
+        sizes.append(len(rows))
+        return original(self, rows, *args, **kwargs)
+
+    monkeypatch.setattr(Extractor, "_forward", counting)
+    return sizes

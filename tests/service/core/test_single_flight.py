@@ -7,7 +7,6 @@ import threading
 import httpx
 import pytest
 
-from service.extraction.extractor import Extractor
 from service.model.loader import LoadedModel
 from service.settings import Settings
 from tests.conftest import LiveServer
@@ -17,18 +16,10 @@ SAMPLE = {"text": "def shared(): return 'one forward for all'"}
 
 
 def test_sixteen_simultaneous_requests_run_one_forward(
-    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, tiny_loaded: LoadedModel, forward_sizes: list[int]
 ) -> None:
     from service.main import create_app
 
-    forwards: list[int] = []
-    original = Extractor._forward
-
-    def counting(self: Extractor, rows: list, *args: object, **kwargs: object) -> object:
-        forwards.append(len(rows))
-        return original(self, rows, *args, **kwargs)
-
-    monkeypatch.setattr(Extractor, "_forward", counting)
     start = threading.Barrier(16)
     answers: list[httpx.Response] = []
 
@@ -45,7 +36,7 @@ def test_sixteen_simultaneous_requests_run_one_forward(
             thread.join(timeout=120)
     assert len(answers) == 16 and all(a.status_code == 200 for a in answers)
     results = [a.json()["results"][0] for a in answers]
-    assert len(forwards) == 1
+    assert len(forward_sizes) == 1
     assert len({r["manifest"]["content_hash"] for r in results}) == 1
     assert sorted(r["status"] for r in results) == ["existing"] * 15 + ["extracted"]
 

@@ -37,26 +37,14 @@ def _libraries(settings: Settings, loaded: LoadedModel) -> tuple[Services, Servi
     return one, build_services(settings.model_copy(update=update), loaded)
 
 
-def _forward_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Rows of every forward the extractor runs from now on (probes included)."""
-    sizes: list[int] = []
-    original = Extractor._forward
-
-    def counting(self: Extractor, rows: list, *args: object, **kwargs: object) -> object:
-        sizes.append(len(rows))
-        return original(self, rows, *args, **kwargs)
-
-    monkeypatch.setattr(Extractor, "_forward", counting)
-    return sizes
-
-
 def test_a_probe_that_finds_changed_bits_keeps_one_sequence_per_forward(
-    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, forward_sizes: list[int]
 ) -> None:
     monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: False)
     one, batched = _libraries(settings, tiny_loaded)
     expected = [r.manifest.content_hash for r in one.writer.extract(REQUEST).results]
-    sizes = _forward_sizes(monkeypatch)
+    forward_sizes.clear()
+    sizes = forward_sizes
     results = batched.writer.extract(REQUEST).results
     assert sizes and max(sizes) == 1  # no forward held two sequences
     assert [r.manifest.content_hash for r in results] == expected
@@ -64,12 +52,13 @@ def test_a_probe_that_finds_changed_bits_keeps_one_sequence_per_forward(
 
 
 def test_a_probe_that_finds_every_bit_kept_batches_and_says_so(
-    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, forward_sizes: list[int]
 ) -> None:
     monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: True)
     one, batched = _libraries(settings, tiny_loaded)
     alone = {r.prompt_hash: r.manifest for r in one.writer.extract(REQUEST).results}
-    sizes = _forward_sizes(monkeypatch)
+    forward_sizes.clear()
+    sizes = forward_sizes
     results = batched.writer.extract(REQUEST).results
     assert max(sizes) > 1  # sequences really shared forwards
     assert {r.manifest.fingerprint.batching for r in results} == {describe(BUDGET)}
