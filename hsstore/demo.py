@@ -65,7 +65,8 @@ def main() -> None:
         "HSSTORE_WINDOW_MARGIN_S": "10",
     }
     console.print(f"starting hsstore on {url} (model {model_dir}, store {data_dir})")
-    server = subprocess.Popen([sys.executable, "-m", "hsstore.cli", "serve"], env=env)
+    # the service's startup lines (stderr) show; its per-request access log (stdout) would bury the table
+    server = subprocess.Popen([sys.executable, "-m", "hsstore.cli", "serve"], env=env, stdout=subprocess.DEVNULL)
     try:
         _wait_ready(url, server)
         with FeatureClient(url) as client:
