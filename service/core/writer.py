@@ -1,5 +1,6 @@
-"""The writer: extract what is missing and record each new version — blob, then its manifest document, then the
-catalog row, so a crash at any point leaves nothing visible — and rebuild the catalog from those documents."""
+"""The writer: extract what is missing — one forward per entry key at a time, however many requests ask — and record
+each new version: blob (with its chunk digests), then its manifest document, then the catalog row, so a crash at
+any point leaves nothing visible."""
 
 from __future__ import annotations
 
