@@ -83,7 +83,7 @@ def head_features(query: FeatureQueryDep, reader: ReaderDep) -> Response:
     "/v1/features:batch",
     dependencies=[ReadScope],
     response_class=Response,
-    summary="Several entries in one framed response (u64 length + safetensors body per key)",
+    summary="Several entries in one framed response (per key: u64 length, u8 kind, safetensors body or error)",
     responses={**binary("frames, one per key, in order", FRAMES), **errors(401, 403, 404, 409, 413, 422)},
 )
 def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsDep) -> Response:
