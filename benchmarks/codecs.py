@@ -12,7 +12,6 @@ import argparse
 import json
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 from numcodecs import Blosc, blosc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.timing import timed
 from schemas.chunks import blocks
 from schemas.featureset import FeatureSet
 from service.extraction.lean_forward import capture
@@ -56,15 +56,6 @@ def hidden_chunks(tokens: int, seed: int) -> list[np.ndarray]:
     del loaded
     torch.cuda.empty_cache()
     return chunks
-
-
-def timed(fn, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.timing import timed
 from client import FeatureClient
 from schemas.backend import Fingerprint
 from schemas.content_hash import content_hash
@@ -96,16 +97,6 @@ def populate(writer: FeatureWriter, entries: int, tokens: int, hidden: int) -> t
         raw += sum(t.nbytes for t in tensors)
         manifests.append(manifest)
     return manifests, elapsed, raw
-
-
-def timed(fn, repeats: int) -> float:
-    """Best of `repeats` runs (the machine is shared and noisy; the best run is the one least disturbed)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def free_port() -> int:
