@@ -1,12 +1,16 @@
-"""Serving benchmark on this machine, side by side in one run, N entries shaped like [T, 5, 5120] bf16:
+"""Serving benchmark on this machine, N entries shaped like [T, 5, 5120] bf16, the variants interleaved in one run
+(each round runs every variant once, in turn, so a noisy neighbour hits them alike):
 
-  (a) the Zarr store read straight in-process (every chunk crc32c-checked), and the same plus the content hash;
-  (b) through the running service (`hsstore serve` in its own process) with FeatureClient.get_many, verified;
-  (c) through the batch endpoint (FeatureClient.get_batch), verified.
+  store             the Zarr store read in-process (every chunk crc32c-checked)
+  store_verified    the same, every chunk also checked against its write-time digest (what the client checks)
+  store_hashed      the plain read plus the entry's sha256 content hash
+  client_chunks     `hsstore serve` in its own process + FeatureClient.get_many, chunk wire format (default)
+  client_safetensors  the same in the safetensors wire format (the service decodes)
+  batch_chunks      FeatureClient.get_batch over the chunk wire format
 
-Prints GB/s of each and the ratios (b)/(a), (c)/(a); also the store's compression ratio and write GB/s, and the
-rates of the pieces (chunk decode, sha256, loopback transfer) that bound (b) on a small machine. The last line is
-one JSON object.
+Per variant: wall GB/s (best round) and CPU-seconds per GB of payload of the client (this process's CPU time) and of
+the server (its process's CPU time, from /proc), summed over every round; ratios to the in-process verified read of
+the same run. The last line is one JSON object.
 
     python benchmarks/serve.py --quick                       # under a minute
     python benchmarks/serve.py --out benchmarks/results/serve-cpu.json
@@ -25,8 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import blake3
+import google_crc32c
 import httpx
 import torch
 
@@ -35,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.timing import timed
 from client import FeatureClient
 from schemas.backend import Fingerprint
+from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
 from schemas.manifest import Manifest, TensorInfo
@@ -44,6 +53,7 @@ from schemas.torch_tensors import from_torch
 from service.core.writer import FeatureWriter
 from service.main import build_services
 from service.settings import Settings
+from service.storage.protocol import Selection
 
 GB = 1e9
 FEATURESET = FeatureSet(layers=[1, 16, 31, 46, 61])
@@ -105,49 +115,91 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of another process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Variant:
+    name: str
+    run: Callable[[], None]
+    walls: list[float] = field(default_factory=list)
+    client_cpu: float = 0.0
+    server_cpu: float = 0.0
+
+    def once(self, server_pid: int | None) -> None:
+        server_before = process_cpu_s(server_pid) if server_pid else 0.0
+        cpu_before, start = time.process_time(), time.perf_counter()
+        self.run()
+        self.walls.append(time.perf_counter() - start)
+        self.client_cpu += time.process_time() - cpu_before
+        if server_pid:
+            self.server_cpu += process_cpu_s(server_pid) - server_before
+
+    def report(self, payload_gb: float) -> dict[str, float]:
+        rounds = len(self.walls)
+        return {
+            "gbs": payload_gb / min(self.walls),
+            "client_cpu_s_per_gb": self.client_cpu / (payload_gb * rounds),
+            "server_cpu_s_per_gb": self.server_cpu / (payload_gb * rounds),
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="4 entries, 1 repeat: under a minute")
+    parser.add_argument("--quick", action="store_true", help="4 entries, 2 rounds: under a minute")
     parser.add_argument("--entries", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--hidden", type=int, default=5120)
     parser.add_argument("--parallel", type=int, default=2, help="client threads / connections (2 fit 2 cores best)")
     parser.add_argument("--batch", type=int, default=2, help="keys per batch request")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--codec", type=StoreCodec, default=DEFAULT_CODEC, choices=list(StoreCodec))
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.quick:
-        args.entries, args.repeats = 4, 1
+        args.entries, args.rounds = 4, 2
 
     root = Path(tempfile.mkdtemp(prefix="hsstore-serve-"))
-    services = build_services(Settings(data_dir=root))  # no model: the store and catalog a replica serves
+    settings = Settings(data_dir=root, codec=args.codec)
+    services = build_services(settings)  # no model: the store and catalog a replica serves
     manifests, write_s, raw = populate(services.writer, args.entries, args.tokens, args.hidden)
+    manifests = [services.reader.resolve(m.feature_key()) for m in manifests]  # as recorded, with chunk digests
     stored = sum(p.stat().st_size for p in (root / "blobs").rglob("*") if p.is_file())
     payload = sum(m.num_tokens * (5 * args.hidden * 2 + 4) for m in manifests)
+    payload_gb = payload / GB
     result: dict = {
         "command": " ".join(["python", *sys.argv]),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "codec": str(args.codec),
         "entries": args.entries,
         "shape": [args.tokens, 5, args.hidden],
-        "payload_gb": payload / GB,
+        "payload_gb": payload_gb,
         "write_gbs": raw / write_s / GB,
         "compression_ratio": raw / stored,
     }
+    store = services.store
 
-    def store_read(verify: bool) -> None:
+    def store_read(check: str) -> None:
         for m in manifests:
-            tensors = services.store.get(m.content_hash)
-            if verify:
+            if check == "digests":
+                store.get_slice(m.content_hash, Selection(), m.tensors, check_digests=True)
+                continue
+            tensors = store.get(m.content_hash)
+            if check == "hash":
                 assert content_hash(tensors.values()) == m.content_hash
-
-    result["store_gbs"] = payload / timed(lambda: store_read(False), args.repeats) / GB
-    result["store_verified_gbs"] = payload / timed(lambda: store_read(True), args.repeats) / GB
 
     port = free_port()
     env = {**os.environ, "HSSTORE_DATA_DIR": str(root), "HSSTORE_PORT": str(port), "HSSTORE_HOST": "127.0.0.1"}
     env.pop("HSSTORE_MODEL_DIR", None)
     server = subprocess.Popen(
-        [sys.executable, "-m", "hsstore.cli", "serve"], env=env, cwd=Path(__file__).resolve().parents[1]
+        [sys.executable, "-m", "hsstore.cli", "serve"],
+        env=env,
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -157,61 +209,87 @@ def main() -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        keys = [{"prompt_hash": m.prompt_hash} for m in manifests]
-        with FeatureClient(url, max_connections=args.parallel) as client:
+        keys = [m.feature_key() for m in manifests]
+        expected = [m.content_hash for m in manifests]
+        chunked = FeatureClient(url, max_connections=args.parallel)
+        plain = FeatureClient(url, max_connections=args.parallel, wire_format="safetensors")
+        for client in (chunked, plain):
             client.get_many(keys[:2])  # connections up, server warm
 
-            def through_client() -> None:
-                assert [f.content_hash for f in client.get_many(keys)] == [m.content_hash for m in manifests]
+        def many(client: FeatureClient) -> Callable[[], None]:
+            return lambda: _check([f.content_hash for f in client.get_many(keys)], expected)
 
-            def through_batch() -> None:
-                groups = [keys[i : i + args.batch] for i in range(0, len(keys), args.batch)]
-                got = [f for group in client._pool.map(client.get_batch, groups) for f in group]  # type: ignore[union-attr]
-                assert [f.content_hash for f in got] == [m.content_hash for m in manifests]
+        def batches() -> None:
+            groups = [keys[i : i + args.batch] for i in range(0, len(keys), args.batch)]
+            got = [f for group in chunked._pool.map(chunked.get_batch, groups) for f in group]  # type: ignore[union-attr]
+            _check([f.content_hash for f in got], expected)
 
-            result["client_gbs"] = payload / timed(through_client, args.repeats) / GB
-            result["batch_gbs"] = payload / timed(through_batch, args.repeats) / GB
-
-            # Where the time goes: the same bytes over loopback without decoding or hashing them.
-            http = client._http
-
-            def transfer_only() -> None:
-                def fetch(key: dict) -> int:
-                    return len(http.get(f"/v1/features/{key['prompt_hash']}").content)
-
-                assert sum(client._pool.map(fetch, keys)) > 0  # type: ignore[union-attr]
-
-            result["transfer_only_gbs"] = payload / timed(transfer_only, args.repeats) / GB
+        variants = [
+            Variant("store", lambda: store_read("crc")),
+            Variant("store_verified", lambda: store_read("digests")),
+            Variant("store_hashed", lambda: store_read("hash")),
+            Variant("client_chunks", many(chunked)),
+            Variant("client_safetensors", many(plain)),
+            Variant("batch_chunks", batches),
+        ]
+        for _ in range(args.rounds):
+            for variant in variants:
+                variant.once(server.pid if variant.name.startswith(("client", "batch")) else None)
+        chunked.close()
+        plain.close()
     finally:
         server.terminate()
         server.wait(timeout=30)
-
-    sample = bytes(from_torch("h", hidden_like(args.tokens, args.hidden, 0)).data)
-    result["sha256_gbs_one_core"] = len(sample) / timed(lambda: hashlib.sha256(sample).digest(), 3) / GB
-    result["client_over_store"] = result["client_gbs"] / result["store_gbs"]
-    result["batch_over_store"] = result["batch_gbs"] / result["store_gbs"]
-    result["client_over_store_verified"] = result["client_gbs"] / result["store_verified_gbs"]
     shutil.rmtree(root, ignore_errors=True)
 
-    print(f"payload {result['payload_gb']:.2f} GB in {args.entries} entries of {result['shape']} bf16")
-    print(f"write {result['write_gbs']:.2f} GB/s, compression ratio {result['compression_ratio']:.2f}")
-    print(
-        f"(a) store in-process        {result['store_gbs']:.2f} GB/s  (+ content hash: "
-        f"{result['store_verified_gbs']:.2f} GB/s)"
+    # the per-byte pieces a verified read is made of, one thread each (chunk digests: why blake3)
+    chunk = from_torch("h", hidden_like(256, args.hidden, 0)).data.tobytes()
+    result["per_thread_gbs"] = {
+        name: len(chunk) / timed(lambda fn=fn: fn(chunk), 20) / GB
+        for name, fn in {
+            "sha256": lambda b: hashlib.sha256(b).digest(),
+            "blake3": lambda b: blake3.blake3(b).digest(),
+            "crc32c": google_crc32c.value,
+            "memcpy": bytearray,
+        }.items()
+    }
+    reports = {v.name: v.report(payload_gb) for v in variants}
+    reference = reports["store_verified"]
+    result["variants"] = reports
+    for report in reports.values():
+        report["wall_over_store_verified"] = report["gbs"] / reference["gbs"]
+        report["cpu_over_store_verified"] = report["client_cpu_s_per_gb"] / reference["client_cpu_s_per_gb"]
+    result.update(
+        store_gbs=reports["store"]["gbs"],
+        store_verified_gbs=reference["gbs"],
+        store_verified_cpu_s_per_gb=reference["client_cpu_s_per_gb"],
+        client_gbs=reports["client_chunks"]["gbs"],
+        batch_gbs=reports["batch_chunks"]["gbs"],
+        client_cpu_s_per_gb=reports["client_chunks"]["client_cpu_s_per_gb"],
+        server_cpu_s_per_gb=reports["client_chunks"]["server_cpu_s_per_gb"],
+        safetensors_client_gbs=reports["client_safetensors"]["gbs"],
+        safetensors_server_cpu_s_per_gb=reports["client_safetensors"]["server_cpu_s_per_gb"],
     )
-    print(
-        f"(b) service + client        {result['client_gbs']:.2f} GB/s  (b)/(a) = {result['client_over_store']:.2f}"
-        f"  vs verified (a): {result['client_over_store_verified']:.2f}"
-    )
-    print(f"(c) batch endpoint          {result['batch_gbs']:.2f} GB/s  (c)/(a) = {result['batch_over_store']:.2f}")
-    print(
-        f"pieces: loopback transfer alone {result['transfer_only_gbs']:.2f} GB/s, "
-        f"sha256 {result['sha256_gbs_one_core']:.2f} GB/s per core, {os.cpu_count()} cores"
-    )
+
+    print(f"payload {payload_gb:.2f} GB in {args.entries} entries of {result['shape']} bf16, codec {args.codec}")
+    print(f"write {result['write_gbs']:.2f} GB/s, compression ratio {result['compression_ratio']:.3f}")
+    print(f"{'variant':<20}{'GB/s':>7}{'client CPU-s/GB':>17}{'server CPU-s/GB':>17}{'wall/ref':>10}{'CPU/ref':>9}")
+    for name, r in reports.items():
+        print(
+            f"{name:<20}{r['gbs']:>7.2f}{r['client_cpu_s_per_gb']:>17.2f}{r['server_cpu_s_per_gb']:>17.2f}"
+            f"{r['wall_over_store_verified']:>10.2f}{r['cpu_over_store_verified']:>9.2f}"
+        )
+    print("(ref: store_verified, the in-process read checked against the same write-time digests)")
+    print("per thread, GB/s: " + ", ".join(f"{k} {v:.2f}" for k, v in result["per_thread_gbs"].items()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result))
+
+
+def _check(got: list[str], expected: list[str]) -> None:
+    if got != expected:
+        raise SystemExit("a read returned other entries than were asked for")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A content-addressed disk cache of verified feature bodies: size-bounded, least-recently-used first out, safe with
 several processes (DataLoader workers) on one directory.
 
-An entry is the safetensors body the service sent, stored under its content hash. It is written to a temporary name
+An entry is a full entry's safetensors body, stored under its content hash. It is written to a temporary name
 and renamed into place (readers never see half a file), read through mmap (no copy), and verified on every read, so a
 file damaged on disk is dropped, never served. Recency is the file's mtime, bumped on each hit; eviction holds an
 flock so two processes never evict at once, and a file evicted under a reader stays readable through its mmap.
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
+from schemas import wire
 from schemas.files import atomic_write
 from schemas.keys import is_content_hash
 
@@ -57,14 +58,20 @@ class FeatureCache:
             os.utime(path)  # most recently used
         return features
 
-    def put(self, features: Features, body: bytes | memoryview) -> None:
-        """Keep a verified full entry's body; slices are not cached (their hash covers only themselves)."""
+    def put(self, features: Features) -> None:
+        """Keep a verified full entry, as a safetensors body; slices are not cached (their hash covers only
+        themselves)."""
         if not features.full:
             return
         path = self._path(features.content_hash)
         if path.exists():
             return
+        manifest = features.manifest
+        metadata = wire.served_metadata(
+            manifest.model_dump_json(), features.layers, features.tokens, manifest.content_hash, True
+        )
         # a cache: a lost file costs a refetch, and every read is verified, so no fsync
+        body = wire.encode_parts(features.tensors.values(), metadata)
         atomic_write(path, body, staging_dir=self.directory / "tmp", durable=False)
         self._evict()
 

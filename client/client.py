@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
@@ -16,8 +16,9 @@ from client.cache import FeatureCache
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
-from client.transport import Transport, batch_error
-from schemas import wire
+from client.receive import BufferPool, Pieces, Verify, decode_any, receive_chunks
+from client.transport import Transport, batch_error, content_length
+from schemas import chunk_wire, wire
 from schemas.api import (
     AuditReport,
     AuditRequest,
@@ -39,7 +40,13 @@ from schemas.manifest import Manifest
 from schemas.tokens import TokenRange
 
 DEFAULT_URL = "http://127.0.0.1:8000"
+SAFETENSORS = "application/octet-stream"
 Tokens = tuple[int | None, int | None] | TokenRange | str
+WireFormat = Literal["chunks", "safetensors"]
+
+
+def _is_chunks(response: httpx.Response) -> bool:
+    return response.headers.get("content-type", "").startswith(chunk_wire.MEDIA_TYPE)
 
 
 class FeatureClient:
@@ -54,7 +61,13 @@ class FeatureClient:
         http: httpx.Client | None = None,
         cache: FeatureCache | str | Path | None = None,
         max_connections: int = 16,
+        wire_format: WireFormat = "chunks",
+        verify: Verify = "chunks",
     ) -> None:
+        """`wire_format="chunks"` receives the stored chunks and decodes them here, checking each against the
+        digest recorded when it was written (the service then spends next to nothing per byte); "safetensors" has
+        the service decode. `verify="full"` also checks a whole entry's content hash (entries written before chunk
+        digests, and every safetensors body, are checked by hash either way)."""
         self._owns_http = http is None
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout, limits=limits)
@@ -64,6 +77,11 @@ class FeatureClient:
         self.cache = FeatureCache(cache) if isinstance(cache, str | Path) else cache
         self._pool: ThreadPoolExecutor | None = None
         self._max_connections = max_connections
+        self.wire_format = wire_format
+        self.verify = verify
+        self._buffers = BufferPool(keep=max_connections)
+        accepted = [chunk_wire.MEDIA_TYPE, SAFETENSORS] if wire_format == "chunks" else [SAFETENSORS]
+        self._accept = {"accept": ", ".join(accepted)}
 
     @property
     def url(self) -> str:
@@ -118,7 +136,14 @@ class FeatureClient:
             params["layers"] = ",".join(str(layer) for layer in layers)
         if tokens is not None:
             params["tokens"] = str(TokenRange.of(tokens))
-        return self._received(self._transport.receive("GET", f"/v1/features/{key.prompt_hash}", params=params))
+        path = f"/v1/features/{key.prompt_hash}"
+        with self._transport.open("GET", path, params=params, headers=self._accept) as response:
+            length = content_length(response)
+            if _is_chunks(response) and length is not None:
+                features = receive_chunks(response.iter_raw(), length, self._buffers, self.verify)
+            else:
+                features = decode_any(self._transport.body(response), _is_chunks(response), self.verify)
+        return self._kept(features)
 
     def get_many(self, keys: Sequence[KeyLike]) -> list[Features]:
         """Every key fetched in parallel over the connection pool; results in order."""
@@ -130,26 +155,31 @@ class FeatureClient:
     def get_batch(self, keys: Sequence[KeyLike]) -> list[Features]:
         """Several entries in one request through `POST /v1/features:batch`; each body verified."""
         request = BatchRequest(keys=[batch_item(key) for key in keys])
-        body = self._transport.request(
-            "POST", "/v1/features:batch", json=request.model_dump(mode="json", exclude_none=True)
-        ).content
-        try:
-            frames = wire.split_frames(body)
-        except wire.WireFormatError as exc:
-            raise IntegrityError(f"malformed batch body: {exc}") from None
-        if len(frames) != len(request.keys):
-            raise IntegrityError(f"asked for {len(request.keys)} entries, received {len(frames)}")
+        body = request.model_dump(mode="json", exclude_none=True)
         received = []
-        for index, (frame, item) in enumerate(zip(frames, request.keys, strict=True)):
-            if frame.kind == wire.ERROR:
-                raise batch_error(index, item, frame.body)
-            received.append(self._received(frame.body))
+        with self._transport.open("POST", "/v1/features:batch", json=body, headers=self._accept) as response:
+            frames = Pieces(response.iter_raw())  # each frame decoded as it arrives
+            for index, item in enumerate(request.keys):
+                try:
+                    length, kind = wire.FRAME_PREFIX.unpack(frames.read(wire.FRAME_PREFIX.size))
+                    if kind == wire.ERROR:
+                        raise batch_error(index, item, memoryview(frames.read(length)))
+                    if kind == wire.CHUNKS:
+                        features = receive_chunks(frames.take(length), length, self._buffers, self.verify)
+                    elif kind == wire.FEATURES:
+                        features = decode_verified(frames.read(length))
+                    else:
+                        raise IntegrityError(f"unknown frame kind {kind}")
+                except IntegrityError as exc:
+                    raise IntegrityError(f"keys[{index}] (prompt_hash {item.prompt_hash[:12]}…): {exc}") from None
+                received.append(self._kept(features))
+            if not frames.at_end():
+                raise IntegrityError(f"asked for {len(request.keys)} entries, received more frames")
         return received
 
-    def _received(self, body: bytes | bytearray | memoryview) -> Features:
-        features = decode_verified(body)
+    def _kept(self, features: Features) -> Features:
         if self.cache is not None:
-            self.cache.put(features, body)
+            self.cache.put(features)
         return features
 
     def exists(

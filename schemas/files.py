@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 _OWNER = re.compile(r"\.~(\d+)\.")
@@ -34,15 +35,21 @@ def fsync_dir(path: Path) -> None:
 
 
 def atomic_write(
-    path: Path, data: bytes | memoryview, *, staging_dir: Path | None = None, durable: bool = True
+    path: Path,
+    data: bytes | memoryview | Sequence[bytes | memoryview],
+    *,
+    staging_dir: Path | None = None,
+    durable: bool = True,
 ) -> None:
-    """Write `data` to a staging file (in `staging_dir`, else beside `path`), fsync it, rename it over `path`, fsync
-    the directory. `durable=False` skips both fsyncs, for caches whose loss costs only a refetch."""
+    """Write `data` (or its pieces, one after another) to a staging file (in `staging_dir`, else beside `path`),
+    fsync it, rename it over `path`, fsync the directory. `durable=False` skips both fsyncs, for caches whose loss
+    costs only a refetch."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = staging_path(staging_dir or path.parent, path.name, ".tmp")
     try:
         with staging.open("wb") as handle:
-            handle.write(data)
+            for piece in data if isinstance(data, list | tuple) else [data]:
+                handle.write(piece)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())

@@ -14,6 +14,7 @@ from schemas.keys import EntryKey, FeatureKey
 from schemas.states import AuditStatus, CompletionSource, Integrity
 
 SCHEMA_VERSION = 1
+HIDDEN_STATES = "hidden_states"  # the array whose axis 1 holds the featureset's layers
 
 
 class TensorInfo(BaseModel):
@@ -79,6 +80,7 @@ class Manifest(BaseModel):
     completion_tokens: int
     completion_source: CompletionSource | None = None
     tensors: dict[str, TensorInfo]
+    chunks_digest: str | None = None  # `schemas.chunks.entry_digest` of the tensors' chunk digests, set with them
     layer_stats: list[LayerStats]
     fingerprint: Fingerprint
     created_at: str

@@ -126,11 +126,12 @@ def decode(body: bytes | bytearray | memoryview) -> Decoded:
 
 
 # A batch response is a sequence of frames, one per key in order, each an 8-byte little-endian length, a 1-byte
-# kind and then its body: a safetensors body (FEATURES), or the error envelope `{"error": {"code", "message"}}` as
-# JSON (ERROR) for a key that could not be served once the response had begun; the other frames still arrive. A
-# client slices every body out of one receive buffer without copying.
+# kind and then its body: a safetensors body (FEATURES), a chunk body (CHUNKS, `schemas.chunk_wire`, for a client
+# that accepts it), or the error envelope `{"error": {"code", "message"}}` as JSON (ERROR) for a key that could not
+# be served once the response had begun; the other frames still arrive. A client slices every body out of one
+# receive buffer without copying.
 FRAME_PREFIX = struct.Struct("<QB")
-FEATURES, ERROR = 0, 1
+FEATURES, ERROR, CHUNKS = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +156,7 @@ def split_frames(body: bytes | bytearray | memoryview) -> list[Frame]:
             raise WireFormatError("truncated frame prefix")
         length, kind = FRAME_PREFIX.unpack_from(view, offset)
         offset += FRAME_PREFIX.size
-        if kind not in (FEATURES, ERROR):
+        if kind not in (FEATURES, ERROR, CHUNKS):
             raise WireFormatError(f"unknown frame kind {kind}")
         if offset + length > view.nbytes:
             raise WireFormatError(f"frame of {length} bytes runs past the body")

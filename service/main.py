@@ -123,7 +123,7 @@ def build_services(
     if read_only and settings.model_dir is not None:
         raise ValueError("read_only: a service with a model extracts and so writes; give read_only only to replicas")
     database = SqliteDatabase(settings.catalog_path, read_only=read_only)
-    store = LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only)
+    store = LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only, codec=settings.codec)
     versions, job_store = SqliteVersionCatalog(database), SqliteJobStore(database)
     kv = SqliteKeyValue(database)
     windows = Windows(settings.windows, kv, settings.windows_enforced, settings.window_margin_s)

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from schemas.codecs import DEFAULT_CODEC, StoreCodec
+
 CONFIG_ENV = "HSSTORE_CONFIG"
 
 
@@ -59,6 +61,10 @@ class Settings(BaseSettings):
     )
     max_sample_tokens: int = Field(default=32768, ge=1)
     chunk_tokens: int = Field(default=256, ge=1, description="inner zarr chunk length along tokens")
+    codec: StoreCodec = Field(
+        default=DEFAULT_CODEC,
+        description="blosc codec new blobs are written with (the README's codec table); blobs of every codec read",
+    )
     target_ids_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk when computing target_ids")
 
     batch_tokens: int = Field(

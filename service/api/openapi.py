@@ -32,10 +32,10 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in sorted({*statuses, 422, 500})}
 
 
-def binary(description: str, media_type: str = "application/octet-stream") -> dict[int | str, dict[str, Any]]:
-    return {
-        200: {"description": description, "content": {media_type: {"schema": {"type": "string", "format": "binary"}}}}
-    }
+def binary(description: str, *media_types: str) -> dict[int | str, dict[str, Any]]:
+    binary_schema = {"schema": {"type": "string", "format": "binary"}}
+    content = {media: binary_schema for media in media_types or ("application/octet-stream",)}
+    return {200: {"description": description, "content": content}}
 
 
 def mount_docs(app: FastAPI) -> None:

@@ -6,11 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
-from fastapi import Depends, Path, Query
+from fastapi import Depends, Header, Path, Query
 from pydantic import ValidationError
 
 from schemas import backend as backend_names
-from schemas import keys
+from schemas import chunk_wire, keys
 from schemas.featureset import LayerId, parse_layers
 from schemas.keys import FeatureKey
 from schemas.tokens import TokenRange, parse_token_range
@@ -84,5 +84,15 @@ def feature_query(
     return FeatureQuery(key, checked(parse_layers, layers), checked(parse_token_range, tokens))
 
 
+def accepts_chunks(
+    accept: Annotated[
+        str | None, Header(description=f"list `{chunk_wire.MEDIA_TYPE}` to receive the stored chunks as they lie")
+    ] = None,
+) -> bool:
+    """Whether the client takes the chunk wire format (any other client gets safetensors)."""
+    return accept is not None and chunk_wire.MEDIA_TYPE in accept
+
+
 KeyQueryDep = Annotated[FeatureKey, Depends(key_query)]
+AcceptsChunksDep = Annotated[bool, Depends(accepts_chunks)]
 FeatureQueryDep = Annotated[FeatureQuery, Depends(feature_query)]

@@ -3,15 +3,18 @@ part; plus the listing. It never extracts."""
 
 from __future__ import annotations
 
+import itertools
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from schemas import wire
+from schemas import chunk_wire, wire
 from schemas.api import EntriesPage
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
 from schemas.keys import EntryFilter, FeatureKey
-from schemas.manifest import Manifest
+from schemas.manifest import HIDDEN_STATES, Manifest
 from schemas.states import Integrity
 from schemas.tensors import RawTensor, TensorLayout
 from schemas.tokens import TokenRange
@@ -20,7 +23,6 @@ from service.errors import AmbiguousEntry, CorruptEntry, EntryNotFound, InvalidR
 from service.storage.protocol import BlobStore, Selection
 
 log = logging.getLogger("hsstore.reader")
-HIDDEN_STATES = "hidden_states"  # the array whose axis 1 holds the featureset's layers
 _CANDIDATES = 10_000
 # A slice's served hash is only known once it is read; it always has this many characters, which is all a header's
 # length depends on.
@@ -51,6 +53,16 @@ class Served:
         return wire.served_metadata(
             self.manifest.model_dump_json(), part.layers, part.tokens, self.served_hash, part.full
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkBody:
+    """A part of an entry as the chunk wire format sends it: the header, then each array's stored chunks."""
+
+    part: Part
+    header: bytes
+    arrays: list[tuple[str, list[tuple[int, int, int]]]]  # per array, its chunks as the store located them
+    length: int
 
 
 class FeatureReader:
@@ -126,13 +138,60 @@ class FeatureReader:
         return Served(manifest, tensors, part, served_hash)
 
     def read_part(self, manifest: Manifest, selection: Selection, check_chunks: bool = True) -> dict[str, RawTensor]:
-        try:
+        with _damage(manifest):
             return self.store.get_slice(manifest.content_hash, selection, manifest.tensors, check_chunks)
-        except KeyError:
-            raise CorruptEntry(f"the catalog lists {manifest.content_hash} but its blob is missing") from None
-        except (ValueError, OSError) as exc:  # a failed crc32c, a malformed index or metadata, a missing file
-            log.error("reading %s failed: %r", manifest.content_hash, exc)  # the server's paths stay in its log
-            raise CorruptEntry(f"stored entry {manifest.content_hash} is damaged ({type(exc).__name__})") from None
+
+    def chunk_body(
+        self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None
+    ) -> ChunkBody | None:
+        """The part as stored chunks for the client to decode and verify (nothing decoded or hashed here); None
+        for an entry written before chunk digests were recorded, or in a layout whose chunks cannot be sent as
+        they lie: those go out as safetensors."""
+        part = self.part(manifest, layers, tokens)
+        if manifest.chunks_digest is None or any(t.chunks is None for t in manifest.tensors.values()):
+            return None
+        with _damage(manifest):
+            located = self.store.locate(manifest.content_hash, part.selection, manifest.tensors)
+        if located is None:
+            return None
+        arrays, offset = [], 0
+        for name, where in sorted(located.items()):
+            info = manifest.tensors[name]
+            digests = info.chunks.digests  # type: ignore[union-attr]
+            sent = []
+            for at, _, length in where.chunks:
+                sent.append((at, offset, length, digests[at]))
+                offset += length
+            axis1 = part.selection.axis1.get(name)
+            arrays.append(
+                chunk_wire.SentArray(
+                    name=name,
+                    dtype=info.dtype,
+                    shape=info.shape,
+                    chunk=info.chunks.shape,  # type: ignore[union-attr]
+                    codec="blosc",
+                    rows=part.tokens,
+                    axis1=list(axis1) if axis1 is not None else None,
+                    chunks=sent,
+                )
+            )
+        header = chunk_wire.ChunkHeader(
+            manifest=manifest.model_dump_json(),
+            layers=part.layers,
+            tokens=part.tokens,
+            full=part.full,
+            arrays=arrays,
+            data_bytes=offset,
+        )
+        encoded = chunk_wire.encode_header(header)
+        return ChunkBody(part, encoded, [(n, w.chunks) for n, w in sorted(located.items())], len(encoded) + offset)
+
+    def chunk_pieces(self, manifest: Manifest, body: ChunkBody) -> Iterator[bytes]:
+        """The bytes of a chunk body, in pieces, as the store holds them. Every array is opened here, before the
+        first byte is sent, so a missing blob is still an error response."""
+        with _damage(manifest):
+            arrays = [self.store.read_located(manifest.content_hash, name, chunks) for name, chunks in body.arrays]
+        return itertools.chain([body.header], *arrays)
 
     def token_ids(self, manifest: Manifest) -> list[int]:
         """The entry's input ids alone (no hidden states read)."""
@@ -162,6 +221,18 @@ class FeatureReader:
         page = found[:limit]
         next_cursor = str(page[-1].seq) if len(found) > limit and page else None
         return EntriesPage(entries=page, next_cursor=next_cursor)
+
+
+@contextmanager
+def _damage(manifest: Manifest) -> Iterator[None]:
+    """The store's failures for a listed entry as what they mean: its blob is missing or damaged."""
+    try:
+        yield
+    except KeyError:
+        raise CorruptEntry(f"the catalog lists {manifest.content_hash} but its blob is missing") from None
+    except (ValueError, OSError) as exc:  # a failed crc32c, a malformed index or metadata, a missing file
+        log.error("reading %s failed: %r", manifest.content_hash, exc)  # the server's paths stay in its log
+        raise CorruptEntry(f"stored entry {manifest.content_hash} is damaged ({type(exc).__name__})") from None
 
 
 def _describe_keys(manifests: list[Manifest]) -> str:

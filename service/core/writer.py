@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
 from schemas.backend import Backend
+from schemas.chunks import entry_digest
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter, EntryKey
@@ -166,7 +167,14 @@ class FeatureWriter:
                 name: info.model_copy(update={"chunks": stored.chunks.get(name)})
                 for name, info in manifest.tensors.items()
             }
-            manifest = manifest.model_copy(update={"tensors": chunks, "seq": None, "audit": None})
+            manifest = manifest.model_copy(
+                update={
+                    "tensors": chunks,
+                    "chunks_digest": entry_digest({name: info.chunks for name, info in chunks.items()}),
+                    "seq": None,
+                    "audit": None,
+                }
+            )
             document = manifest.model_dump_json().encode()
             self.store.put_manifest(document_name(document), document)
             return self.versions.add(manifest)

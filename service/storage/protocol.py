@@ -33,6 +33,16 @@ class Stored:
     chunks: dict[str, ChunkDigests]
 
 
+@dataclass(frozen=True, slots=True)
+class LocatedArray:
+    """Where the chunks a selection needs lie in one stored array, as they are stored (compressed, crc32c after
+    each): the blosc configuration they were written with, and per chunk (C-order position in the chunk grid,
+    offset, length), in the order they lie."""
+
+    codec: Mapping[str, object]
+    chunks: list[tuple[int, int, int]]
+
+
 class BlobStore(Protocol):
     """Write-once tensor groups named by their content hash, plus the manifest documents that point at them."""
 
@@ -52,6 +62,17 @@ class BlobStore(Protocol):
         """Only the chunks the selection needs are read. With `written` (the manifest's tensors), every array's
         metadata is checked against it and, with `check_digests`, every chunk read against its recorded digest;
         ValueError for any difference."""
+
+    def locate(
+        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo]
+    ) -> dict[str, LocatedArray] | None:
+        """Per array, where the stored chunks `selection` needs lie, without reading them (the metadata and chunk
+        index are checked against `written`; ValueError for any difference). None if the blob is not in a layout
+        whose chunks can be sent as they are; KeyError if absent."""
+
+    def read_located(self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]) -> Iterator[bytes]:
+        """The stored bytes of `chunks` (as `locate` gave them) of one array, in order, in pieces of any size (a
+        bytes-like object each); nothing is decoded or checked here: the reader checks every chunk."""
 
     def exists(self, content_hash: str) -> bool: ...
 

@@ -19,7 +19,7 @@ import google_crc32c
 import numpy as np
 from numcodecs import Blosc
 
-from schemas.chunks import ChunkDigests, chunk_digest, flat_index
+from schemas.chunks import ChunkDigests, as_positions, flat_index, touched
 
 _EMPTY = np.uint64(2**64 - 1)
 # Shared by reads and writes: blosc and crc32c release the GIL, so chunks (de)compress in parallel.
@@ -82,11 +82,37 @@ def _check_metadata(array_dir: Path, meta: dict, layout: tuple | None, written: 
         raise ChecksumError(f"{array_dir.name}: metadata differs from what was written")
 
 
-def read_array(
-    array_dir: Path, selection: tuple[slice | list[int], ...], written: Written | None = None
-) -> np.ndarray | None:
-    """`selection`: a slice (step 1) or index list per dimension. None if the layout is not ours (and nothing was
-    recorded of it). With `written`, the metadata is checked against it, and each chunk read against its digest."""
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """One array in the layout we write, as its metadata (checked against what was written) describes it."""
+
+    shard_path: Path
+    shape: tuple[int, ...]
+    shard: tuple[int, ...]
+    chunk: tuple[int, ...]
+    dtype: np.dtype
+    blosc: dict  # the blosc codec's configuration
+
+    @property
+    def grid(self) -> list[int]:
+        return [ceil(s / c) for s, c in zip(self.shard, self.chunk, strict=True)]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardChunks:
+    """Where the chunks a selection touches lie in one array's shard: (C-order position, offset, stored length with
+    the crc32c trailer), in the order of the shard index."""
+
+    layout: Layout
+    chunks: list[tuple[int, int, int]]
+
+
+def shard_file(array_dir: Path, meta: dict) -> Path:
+    """The one shard of an array in our layout (its key under Zarr's default chunk key encoding)."""
+    return array_dir.joinpath("c", *["0"] * len(meta["shape"]))
+
+
+def _layout(array_dir: Path, written: Written | None) -> Layout | None:
     try:
         meta = json.loads((array_dir / "zarr.json").read_bytes())
         layout = _plain_layout(meta)
@@ -99,33 +125,69 @@ def read_array(
     if layout is None:
         return None
     shard, chunk, dtype = layout
-    shape = meta["shape"]
+    blosc = meta["codecs"][0]["configuration"]["codecs"][1].get("configuration", {})
+    return Layout(shard_file(array_dir, meta), tuple(meta["shape"]), tuple(shard), tuple(chunk), dtype, blosc)
+
+
+def _index(fd: int, layout: Layout) -> np.ndarray:
+    """The shard index, [*grid, 2] of (offset, nbytes), checked against its crc32c."""
+    index_bytes = 16 * prod(layout.grid) + 4
+    raw_index = os.pread(fd, index_bytes, os.fstat(fd).st_size - index_bytes)
+    if len(raw_index) != index_bytes or not _crc_ok(memoryview(raw_index)[:-4], raw_index[-4:]):
+        raise ChecksumError(f"{layout.shard_path}: shard index checksum mismatch")
+    return np.frombuffer(raw_index[:-4], dtype="<u8").reshape(*layout.grid, 2)
+
+
+def _wanted(selection: tuple[slice | list[int], ...], shape: tuple[int, ...]) -> list[range | list[int]]:
+    return [range(*s.indices(n)) if isinstance(s, slice) else list(s) for s, n in zip(selection, shape, strict=True)]
+
+
+def locate_array(array_dir: Path, selection: tuple[slice | list[int], ...], written: Written) -> ShardChunks | None:
+    """Where the chunks `selection` needs lie, without reading them (None if the layout is not ours). The metadata
+    and the shard index are checked; the chunks are the reader's to check."""
+    layout = _layout(array_dir, written)
+    if layout is None:
+        return None
+    wanted = _wanted(selection, layout.shape)
+    if any(len(w) == 0 for w in wanted):
+        return ShardChunks(layout, [])
+    per_dim = [[c for c, _, _ in dim] for dim in touched(wanted, layout.chunk)]
+    fd = os.open(layout.shard_path, os.O_RDONLY)
+    try:
+        index = _index(fd, layout)
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    found = []
+    for coords in product(*per_dim):
+        offset, nbytes = (int(v) for v in index[coords])
+        if offset == int(_EMPTY) or offset + nbytes > size or nbytes < 4:
+            raise ChecksumError(f"{layout.shard_path}: chunk {coords} is missing or out of bounds")
+        found.append((flat_index(coords, layout.grid), offset, nbytes))
+    return ShardChunks(layout, sorted(found))
+
+
+def read_array(
+    array_dir: Path, selection: tuple[slice | list[int], ...], written: Written | None = None
+) -> np.ndarray | None:
+    """`selection`: a slice (step 1) or index list per dimension. None if the layout is not ours (and nothing was
+    recorded of it). With `written`, the metadata is checked against it, and each chunk read against its digest."""
+    layout = _layout(array_dir, written)
+    if layout is None:
+        return None
+    chunk, dtype, grid = layout.chunk, layout.dtype, layout.grid
     checked = written is not None and written.chunks is not None and written.check_digests
-    digests = written.chunks.digests if checked else None  # type: ignore[union-attr]
-    wanted = [range(*s.indices(n)) if isinstance(s, slice) else list(s) for s, n in zip(selection, shape, strict=True)]
+    digests = written.chunks if checked else None
+    wanted = _wanted(selection, layout.shape)
     out = np.empty([len(w) for w in wanted], dtype=dtype)
     if out.size == 0:
         return out
-    shard_path = array_dir.joinpath("c", *["0"] * len(shape))
-    grid = [ceil(s / c) for s, c in zip(shard, chunk, strict=True)]
+    shard_path = layout.shard_path
     blosc = Blosc()
     fd = os.open(shard_path, os.O_RDONLY)
     try:
-        index_bytes = 16 * prod(grid) + 4
-        raw_index = os.pread(fd, index_bytes, os.fstat(fd).st_size - index_bytes)
-        if not _crc_ok(memoryview(raw_index)[:-4], raw_index[-4:]):
-            raise ChecksumError(f"{shard_path}: shard index checksum mismatch")
-        index = np.frombuffer(raw_index[:-4], dtype="<u8").reshape(*grid, 2)
-
-        # For each dimension: which chunks are touched, and for each the (source, destination) index pairs.
-        per_dim = []
-        for want, size in zip(wanted, chunk, strict=True):
-            touched: dict[int, tuple[list[int], list[int]]] = {}
-            for position, element in enumerate(want):
-                src, dst = touched.setdefault(element // size, ([], []))
-                src.append(element % size)
-                dst.append(position)
-            per_dim.append(sorted(touched.items()))
+        index = _index(fd, layout)
+        per_dim = [[(c, (src, dst)) for c, src, dst in dim] for dim in touched(wanted, chunk)]
 
         def decode(coords: tuple[tuple[int, tuple[list[int], list[int]]], ...]) -> None:
             offset, nbytes = index[tuple(c for c, _ in coords)]
@@ -138,27 +200,16 @@ def read_array(
                 block = np.frombuffer(blosc.decode(data[:-4]), dtype=dtype).reshape(chunk)
             if digests is not None:
                 at = flat_index(tuple(c for c, _ in coords), grid)
-                if at >= len(digests) or chunk_digest(block) != digests[at]:
+                if not digests.matches(at, block):
                     raise ChecksumError(f"{array_dir.name}: chunk {at} differs from what was written")
-            src = tuple(_as_index(s) for _, (s, _) in coords)
-            dst = tuple(_as_index(d) for _, (_, d) in coords)
+            src = tuple(s for _, (s, _) in coords)
+            dst = tuple(d for _, (_, d) in coords)
             if all(isinstance(i, slice) for i in (*src, *dst)):
                 out[dst] = block[src]
             else:
-                out[np.ix_(*map(_as_array, dst))] = block[np.ix_(*map(_as_array, src))]
+                out[np.ix_(*map(as_positions, dst))] = block[np.ix_(*map(as_positions, src))]
 
         list(POOL.map(decode, product(*per_dim)))
     finally:
         os.close(fd)
     return out
-
-
-def _as_array(index: slice | list[int]) -> np.ndarray:
-    return np.arange(index.start, index.stop) if isinstance(index, slice) else np.asarray(index)
-
-
-def _as_index(positions: list[int]) -> slice | list[int]:
-    """A run of consecutive positions as a slice (a view), anything else as a list."""
-    if positions == list(range(positions[0], positions[-1] + 1)):
-        return slice(positions[0], positions[-1] + 1)
-    return positions

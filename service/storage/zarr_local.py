@@ -1,4 +1,4 @@
-"""Blobs as Zarr v3 groups in a local directory: `blobs/ab/<hex>/`, one shard per array, shuffle+zstd, crc32c chunks.
+"""Blobs as Zarr v3 groups in a local directory: `blobs/ab/<hex>/`, one shard per array, blosc + crc32c chunks.
 
 A blob is written under `tmp/` and renamed into place once every byte (and its directory) is on disk, so a crash
 mid-write leaves nothing visible; leftovers in `tmp/` are swept when the store opens.
@@ -7,6 +7,7 @@ mid-write leaves nothing visible; leftovers in `tmp/` are swept when the store o
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,13 +17,14 @@ import numpy as np
 import zarr
 
 from schemas.chunks import ChunkDigests, digests_of
+from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.files import atomic_write, fsync_dir, staging_owner, staging_path
 from schemas.keys import is_content_hash
 from schemas.manifest import TensorInfo
 from schemas.tensors import DTYPES, RawTensor
 from service.errors import ReadOnly
-from service.storage.protocol import Selection, Stored
-from service.storage.shard_reader import Written, read_array
+from service.storage.protocol import LocatedArray, Selection, Stored
+from service.storage.shard_reader import Written, locate_array, read_array, shard_file
 from service.storage.shard_writer import write_array, write_group
 
 
@@ -35,6 +37,34 @@ def _fsync_tree(root: Path) -> None:
             finally:
                 os.close(fd)
         fsync_dir(Path(dirpath))
+
+
+_PIECE = 4 << 20
+
+
+def _index(selection: Selection, name: str, ndim: int) -> tuple[slice | list[int], ...]:
+    index: list[slice | list[int]] = [slice(*selection.rows) if selection.rows else slice(None)]
+    if name in selection.axis1:
+        index.append(list(selection.axis1[name]))
+    return tuple(index + [slice(None)] * (ndim - len(index)))
+
+
+def _written(tensor: TensorInfo, check_digests: bool) -> Written:
+    return Written(tuple(tensor.shape), np.dtype(DTYPES[tensor.dtype][1]), tensor.chunks, check_digests)
+
+
+def _runs(chunks: Sequence[tuple[int, int, int]]) -> Iterator[tuple[int, int]]:
+    """(start, stop) byte runs of the chunks, adjacent ones merged."""
+    run: list[int] | None = None
+    for _, offset, length in chunks:
+        if run is not None and run[1] == offset:
+            run[1] += length
+            continue
+        if run is not None:
+            yield run[0], run[1]
+        run = [offset, offset + length]
+    if run is not None:
+        yield run[0], run[1]
 
 
 def _alive(pid: int) -> bool:
@@ -50,9 +80,16 @@ def _alive(pid: int) -> bool:
 
 
 class LocalZarrStore:
-    def __init__(self, root: Path, chunk_tokens: int = 256, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        chunk_tokens: int = 256,
+        read_only: bool = False,
+        codec: StoreCodec = DEFAULT_CODEC,
+    ) -> None:
         self.root = Path(root)
         self.chunk_tokens = chunk_tokens
+        self.codec = codec  # what new blobs are written with; every codec of `StoreCodec` reads
         self.read_only = read_only  # a replica on a read-only volume: reads only, touches nothing
         self._blobs = self.root / "blobs"
         self._manifests = self.root / "manifests"
@@ -114,7 +151,7 @@ class LocalZarrStore:
         write_group(path, {"hsstore": {"content_hash": content_hash, "tensors": info}})
         # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded in the attributes
         return {
-            t.name: write_array(path / t.name, t.numpy(), self._chunk_shape(t.shape), {"dtype": t.dtype})
+            t.name: write_array(path / t.name, t.numpy(), self._chunk_shape(t.shape), {"dtype": t.dtype}, self.codec)
             for t in sorted(tensors, key=lambda t: t.name)
         }
 
@@ -156,21 +193,41 @@ class LocalZarrStore:
             info = json.loads((root / "zarr.json").read_text())["attributes"]["hsstore"]["tensors"]
         out: dict[str, RawTensor] = {}
         for name in sorted(info):
-            ndim = len(info[name]["shape"])
-            index: list[slice | list[int]] = [slice(*selection.rows) if selection.rows else slice(None)]
-            if name in selection.axis1:
-                index.append(list(selection.axis1[name]))
-            index += [slice(None)] * (ndim - len(index))
-            record = None
-            if written is not None:
-                tensor = written[name]
-                dtype = np.dtype(DTYPES[tensor.dtype][1])
-                record = Written(tuple(tensor.shape), dtype, tensor.chunks, check_digests)
-            data = read_array(root / name, tuple(index), record)
+            index = _index(selection, name, len(info[name]["shape"]))
+            record = _written(written[name], check_digests) if written is not None else None
+            data = read_array(root / name, index, record)
             if data is None:  # not the layout we write: let zarr read it
-                data = self._open(content_hash)[name].get_orthogonal_selection(tuple(index))
+                data = self._open(content_hash)[name].get_orthogonal_selection(index)
             out[name] = RawTensor.from_numpy(name, info[name]["dtype"], data)
         return out
+
+    def locate(
+        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo]
+    ) -> dict[str, LocatedArray] | None:
+        root = self._path(content_hash)
+        if not root.is_dir():
+            raise KeyError(content_hash)
+        located = {}
+        for name, tensor in sorted(written.items()):
+            found = locate_array(root / name, _index(selection, name, len(tensor.shape)), _written(tensor, False))
+            if found is None:
+                return None
+            located[name] = LocatedArray(found.layout.blosc, found.chunks)
+        return located
+
+    def read_located(self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]) -> Iterator[bytes]:
+        """Pieces of an mmap of the shard (no copy here; the socket reads the page cache): adjacent chunks, as a
+        full read's all are, go out as one run, in pieces of at most `_PIECE`. The file is opened now."""
+        root = self._path(content_hash) / name
+        if not root.is_dir():
+            raise KeyError(content_hash)
+        with shard_file(root, json.loads((root / "zarr.json").read_bytes())).open("rb") as handle:
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        mapped.madvise(mmap.MADV_SEQUENTIAL)
+        view = memoryview(mapped)  # the mmap lives as long as a piece of it is referenced
+        if any(offset + length > view.nbytes for _, offset, length in chunks):
+            raise ValueError(f"{name}: the shard is shorter than its index says")
+        return (view[at : min(stop, at + _PIECE)] for start, stop in _runs(chunks) for at in range(start, stop, _PIECE))
 
     def exists(self, content_hash: str) -> bool:
         return self._path(content_hash).is_dir()

@@ -20,6 +20,7 @@ from client import (
     pack_collate,
     pad_collate,
 )
+from schemas import chunk_wire
 
 
 @pytest.fixture
@@ -68,14 +69,24 @@ def test_store_reads_only_the_chunks_a_slice_needs(
     long = {"text": "x = [i for i in range(10)]\n" * 300}
     manifest = client.extract([long], featureset=["embed", 1, 2, 5]).results[0].manifest
     assert manifest.num_tokens > 1024
+    # the service decoding (safetensors): it reads only the chunks the slice needs
+    decoding = FeatureClient(http=client._http, wire_format="safetensors")
     read = []
     real_pread = reader.os.pread
     monkeypatch.setattr(reader.os, "pread", lambda fd, n, offset: read.append(n) or real_pread(fd, n, offset))
-    client.get(long, layers=[2], tokens=(0, 200))
+    decoding.get(long, layers=[2], tokens=(0, 200))
     sliced = sum(read)
     read.clear()
-    client.get(long)
+    decoding.get(long)
     assert sliced * 10 < sum(read)
+    # the stored chunks sent as they lie: only those the slice needs go out
+    accept = {"accept": chunk_wire.MEDIA_TYPE}
+    path = f"/v1/features/{manifest.prompt_hash}"
+    whole = client._http.get(path, headers=accept)
+    part = client._http.get(path, params={"layers": "2", "tokens": "0:200"}, headers=accept)
+    assert whole.headers["content-type"] == part.headers["content-type"] == chunk_wire.MEDIA_TYPE
+    (whole_header, _, _), (part_header, _, _) = (chunk_wire.decode_header(memoryview(r.content)) for r in (whole, part))
+    assert part_header.data_bytes * 10 < whole_header.data_bytes
 
 
 def test_cache_second_epoch_makes_no_request(live_url: str, http: httpx.Client, stored: list, tmp_path: Path) -> None:

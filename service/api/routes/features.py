@@ -1,20 +1,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
 from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
-from schemas import wire
-from schemas.api import BatchRequest
+from schemas import chunk_wire, wire
+from schemas.api import BatchItem, BatchRequest
 from schemas.manifest import Manifest
 from service.api.deps import ReaderDep, ReadScope, SettingsDep
 from service.api.error_handlers import error_frame
 from service.api.openapi import binary, errors
-from service.api.queries import FeatureQueryDep
+from service.api.queries import AcceptsChunksDep, FeatureQueryDep
 from service.api.streaming import slices, stream
-from service.core.reader import Part, Served
+from service.core.reader import Part
 from service.errors import TooLarge
 
 router = APIRouter(tags=["features"])
@@ -42,16 +42,27 @@ def _part_headers(part: Part) -> dict[str, str]:
     "/v1/features/{prompt_hash}",
     dependencies=[ReadScope],
     response_class=Response,
-    summary="One entry's features (or a slice of its layers and tokens) as a safetensors body",
+    summary="One entry's features (or a slice of its layers and tokens): safetensors, or its stored chunks",
     responses={
-        **binary("safetensors; header metadata `manifest` and `served` (layers, tokens, hash of what was served)"),
+        **binary(
+            "safetensors, header metadata `manifest` and `served` (layers, tokens, hash of what was served); or, "
+            f"to a client that accepts `{chunk_wire.MEDIA_TYPE}`, the stored chunks with their index",
+            SAFETENSORS,
+            chunk_wire.MEDIA_TYPE,
+        ),
         **errors(401, 403, 404, 409, 422),
     },
 )
-def get_features(query: FeatureQueryDep, reader: ReaderDep) -> Response:
+def get_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsChunksDep) -> Response:
     """Token ranges are clipped to the entry as Python slicing clips (`X-Hsstore-Tokens` says what was served);
-    only an empty selection is refused."""
-    served = reader.read(reader.resolve(query.key), query.layers, query.tokens)
+    only an empty selection is refused. A client that accepts the chunk wire format gets the stored chunks (the
+    service decodes and hashes nothing); entries written before chunk digests go out as safetensors either way."""
+    manifest = reader.resolve(query.key)
+    body = reader.chunk_body(manifest, query.layers, query.tokens) if chunks_ok else None
+    if body is not None:
+        headers = {**_key_headers(manifest), **_part_headers(body.part), "Content-Length": str(body.length)}
+        return stream(slices(reader.chunk_pieces(manifest, body)), chunk_wire.MEDIA_TYPE, headers)
+    served = reader.read(manifest, query.layers, query.tokens)
     # The header, then each tensor's own buffer: no joined copy of the body is made.
     parts = wire.encode_parts(served.tensors.values(), served.metadata())
     headers = {
@@ -70,11 +81,13 @@ def get_features(query: FeatureQueryDep, reader: ReaderDep) -> Response:
     summary="Whether the entry exists, with the length its GET would send",
     responses={200: {"description": "it exists"}, **errors(401, 403, 404, 409, 422)},
 )
-def head_features(query: FeatureQueryDep, reader: ReaderDep) -> Response:
+def head_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsChunksDep) -> Response:
     manifest = reader.resolve(query.key)
-    length = reader.served_length(manifest, query.layers, query.tokens)
+    body = reader.chunk_body(manifest, query.layers, query.tokens) if chunks_ok else None
+    length = body.length if body is not None else reader.served_length(manifest, query.layers, query.tokens)
+    media_type = chunk_wire.MEDIA_TYPE if body is not None else SAFETENSORS
     # Response would set Content-Length: 0 for an empty body; HEAD announces the GET's length instead
-    response = Response(status_code=200, headers=_key_headers(manifest), media_type=SAFETENSORS)
+    response = Response(status_code=200, headers=_key_headers(manifest), media_type=media_type)
     response.headers["content-length"] = str(length)
     return response
 
@@ -83,12 +96,15 @@ def head_features(query: FeatureQueryDep, reader: ReaderDep) -> Response:
     "/v1/features:batch",
     dependencies=[ReadScope],
     response_class=Response,
-    summary="Several entries in one framed response (per key: u64 length, u8 kind, safetensors body or error)",
+    summary="Several entries in one framed response (per key: u64 length, u8 kind, features body or error)",
     responses={**binary("frames, one per key, in order", FRAMES), **errors(401, 403, 404, 409, 413, 422)},
 )
-def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsDep) -> Response:
+def batch_features(
+    request: BatchRequest, reader: ReaderDep, settings: SettingsDep, chunks_ok: AcceptsChunksDep
+) -> Response:
     """Several entries in one response, framed. Every key is resolved (and refused with a 4xx) before the first
-    byte is sent; the blobs are then read one after another as the response streams."""
+    byte is sent; the blobs are then read one after another as the response streams. A client that accepts the
+    chunk wire format gets CHUNKS frames (safetensors FEATURES frames for entries written before chunk digests)."""
     if len(request.keys) > settings.max_batch_keys:
         raise TooLarge(f"{len(request.keys)} keys in one batch; this service takes at most {settings.max_batch_keys}")
     resolved = [(reader.resolve(item.key), item) for item in request.keys]
@@ -100,26 +116,34 @@ def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsD
             "per batch: ask for fewer keys"
         )
 
-    def read(index: int) -> asyncio.Task[Served]:
-        manifest, item = resolved[index]
-        return asyncio.ensure_future(run_in_threadpool(reader.read, manifest, item.layers, item.token_range()))
+    def prepare(manifest: Manifest, item: BatchItem) -> tuple[int, int, Iterable[bytes | memoryview]]:
+        """(frame kind, body length, body pieces) of one key."""
+        body = reader.chunk_body(manifest, item.layers, item.token_range()) if chunks_ok else None
+        if body is not None:
+            return wire.CHUNKS, body.length, reader.chunk_pieces(manifest, body)
+        served = reader.read(manifest, item.layers, item.token_range())
+        parts = wire.encode_parts(served.tensors.values(), served.metadata())
+        return wire.FEATURES, wire.frame_length(parts), parts
+
+    def read(index: int) -> asyncio.Task[tuple[int, int, Iterable[bytes | memoryview]]]:
+        return asyncio.ensure_future(run_in_threadpool(prepare, *resolved[index]))
 
     async def frames() -> AsyncIterator[bytes | memoryview]:
         upcoming = read(0)
         for index in range(len(resolved)):
             try:
-                served = await upcoming
+                prepared = await upcoming
             except Exception as exc:  # the 200 is out: this key gets an error frame, the others still arrive
                 body = error_frame(exc)
                 yield wire.frame_prefix(wire.ERROR, len(body)) + body
-                served = None
+                prepared = None
             if index + 1 < len(resolved):
-                upcoming = read(index + 1)  # the next blob decodes while this one streams
-            if served is None:
+                upcoming = read(index + 1)  # the next blob is read while this one streams
+            if prepared is None:
                 continue
-            parts = wire.encode_parts(served.tensors.values(), served.metadata())
-            yield wire.frame_prefix(wire.FEATURES, wire.frame_length(parts))
-            async for piece in slices(parts):
+            kind, length, pieces = prepared
+            yield wire.frame_prefix(kind, length)
+            async for piece in slices(pieces):
                 yield piece
 
     return stream(frames(), FRAMES, {})

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import zarr
 
+from schemas.codecs import BLOSC, StoreCodec
 from schemas.content_hash import content_hash
 from schemas.files import staging_path
 from service.storage import LocalZarrStore
@@ -20,10 +22,11 @@ class TestLocalZarrStore(BlobStoreTests):
         yield LocalZarrStore(tmp_path / "store", chunk_tokens=64)
 
 
-def test_local_layout_is_sharded_shuffled_zstd_with_crc(tmp_path: Path) -> None:
+@pytest.mark.parametrize("codec", list(StoreCodec))
+def test_local_layout_is_sharded_blosc_with_crc_and_every_codec_reads(tmp_path: Path, codec: StoreCodec) -> None:
     import json
 
-    store = LocalZarrStore(tmp_path, chunk_tokens=64)
+    store = LocalZarrStore(tmp_path, chunk_tokens=64, codec=codec)
     written = tensors()
     digest = content_hash(written)
     store.put_if_absent(digest, written)
@@ -36,9 +39,18 @@ def test_local_layout_is_sharded_shuffled_zstd_with_crc(tmp_path: Path) -> None:
     inner = [c["name"] for c in sharding["configuration"]["codecs"]]
     assert inner == ["bytes", "blosc", "crc32c"]
     blosc = sharding["configuration"]["codecs"][1]["configuration"]
-    assert blosc["cname"] == "zstd" and blosc["shuffle"] == "shuffle"
+    params = BLOSC[codec]
+    assert (blosc["cname"], blosc["clevel"], blosc["shuffle"]) == (params.cname, params.clevel, params.shuffle)
     shard_files = list((tmp_path / "blobs" / hexdigest[:2] / hexdigest / "hidden_states").rglob("c/*/*/*"))
     assert len(shard_files) == 1  # one shard per array
+    # a store set to write another codec still reads this one, as does zarr itself
+    other = next(c for c in StoreCodec if c != codec)
+    read = LocalZarrStore(tmp_path, chunk_tokens=64, codec=other).get(digest)
+    assert {n: bytes(t.data) for n, t in read.items()} == {t.name: bytes(t.data) for t in written}
+    group = zarr.open_group(tmp_path / "blobs" / hexdigest[:2] / hexdigest, mode="r")
+    assert bytes(group["hidden_states"][:].tobytes()) == bytes(
+        next(t for t in written if t.name == "hidden_states").data
+    )
 
 
 def test_corrupted_chunk_is_detected(tmp_path: Path) -> None:

@@ -1,0 +1,251 @@
+"""Receiving features bodies: the chunk wire format decoded and verified while it arrives, safetensors as before.
+
+A chunk body is received into a reused buffer (no fresh zero-filled buffer per read: the decoded arrays are new, the
+received bytes are not kept), and each chunk is handed to a thread pool as soon as its last byte is in: there its
+crc32c is checked, blosc decodes it into a per-thread scratch block, the block is checked against the digest
+recorded when it was written, and the part of it the read selected is copied into place. blosc, blake3, crc32c and
+numpy's copies release the GIL, so the pool decodes on every core while the receiving thread reads the socket.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from math import prod
+from typing import Literal
+
+import numpy as np
+from numcodecs import Blosc
+
+from client.errors import IntegrityError
+from client.features import Features, decode_verified
+from schemas import chunk_wire
+from schemas.chunks import ChunkDigests, as_positions, grid, touched, unflatten
+from schemas.content_hash import content_hash
+from schemas.manifest import Manifest
+from schemas.tensors import DTYPES, RawTensor
+from schemas.wire import WireFormatError
+
+Verify = Literal["chunks", "full"]
+_POOL: ThreadPoolExecutor | None = None
+_scratch = threading.local()
+_BLOSC = Blosc()
+_BLOSC_HEADER = struct.Struct("<III")
+
+
+def _decoders() -> ThreadPoolExecutor:
+    """The decode pool, made on first use in each process (a DataLoader worker forked from a process that had one
+    inherits its object but none of its threads)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="hsstore-decode")
+    return _POOL
+
+
+def _forget_pool() -> None:
+    global _POOL
+    _POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+class BufferPool:
+    """Receive buffers handed back after each chunk body is decoded, so a big body does not cost a fresh
+    allocation (and the kernel's zero-filling of every page) per read. Keeps at most `keep` buffers."""
+
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._free: list[bytearray] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def take(self, size: int) -> bytearray:
+        if self._pid != os.getpid():  # forked: the lock may have been held by a thread the child does not have
+            self._lock, self._free, self._pid = threading.Lock(), [], os.getpid()
+        with self._lock:
+            fitting = [b for b in self._free if len(b) >= size]
+            if fitting:
+                chosen = min(fitting, key=len)
+                self._free.remove(chosen)
+                return chosen
+        return bytearray(size)
+
+    def give(self, buffer: bytearray) -> None:
+        with self._lock:
+            if len(self._free) < self.keep:
+                self._free.append(buffer)
+
+
+class _Array:
+    """One array being assembled: its output, and per dimension where each touched chunk's positions go."""
+
+    def __init__(self, sent: chunk_wire.SentArray, digests: ChunkDigests) -> None:
+        self.sent = sent
+        self.digests = digests
+        self.dtype = np.dtype(DTYPES[sent.dtype][1])
+        self.grid = grid(sent.shape, sent.chunk)
+        self.nbytes = prod(sent.chunk) * self.dtype.itemsize
+        self.out = np.empty(sent.served_shape(), dtype=self.dtype)
+        self.places = [{c: (src, dst) for c, src, dst in dim} for dim in touched(sent.wanted(), sent.chunk)]
+
+    def decode(self, at: int, frame: memoryview) -> None:
+        if not chunk_wire.chunk_ok(frame):
+            raise IntegrityError(f"{self.sent.name}: chunk {at} fails its crc32c")
+        payload = frame[:-4]
+        # blosc's own header: version, lz version, flags, typesize, then u32 nbytes, blocksize, cbytes
+        nbytes, _, cbytes = _BLOSC_HEADER.unpack_from(payload, 4) if payload.nbytes >= 16 else (-1, -1, -1)
+        if nbytes != self.nbytes or cbytes != payload.nbytes:
+            raise IntegrityError(f"{self.sent.name}: chunk {at} is not a blosc frame of one chunk")
+        block = _scratch_block(self.nbytes)
+        _BLOSC.decode(payload, out=block)
+        typed = block.view(self.dtype).reshape(self.sent.chunk)
+        if not self.digests.matches(at, typed):
+            raise IntegrityError(f"{self.sent.name}: chunk {at} differs from what was written")
+        coords = unflatten(at, self.grid)
+        src = tuple(self.places[d][c][0] for d, c in enumerate(coords))
+        dst = tuple(self.places[d][c][1] for d, c in enumerate(coords))
+        if all(isinstance(i, slice) for i in (*src, *dst)):
+            self.out[dst] = typed[src]
+        else:
+            self.out[np.ix_(*map(as_positions, dst))] = typed[np.ix_(*map(as_positions, src))]
+
+
+class ChunkDecoder:
+    """Decodes one chunk body while it arrives in `buffer`: call `feed(filled)` as bytes land, then `finish`."""
+
+    def __init__(self, buffer: memoryview, verify: Verify = "chunks") -> None:
+        self.buffer = buffer
+        self.verify = verify
+        self.header: chunk_wire.ChunkHeader | None = None
+        self.manifest: Manifest | None = None
+        self._start = 0
+        self._queue: list[tuple[_Array, int, int, int]] = []  # (array, position in grid, offset, length)
+        self._next = 0
+        self._arrays: list[_Array] = []
+        self._futures: list[Future[None]] = []
+
+    def feed(self, filled: int) -> None:
+        try:
+            if self.header is None and not self._read_header(filled):
+                return
+        except WireFormatError as exc:
+            raise IntegrityError(f"malformed chunk body: {exc}") from None
+        while self._next < len(self._queue):
+            array, at, offset, length = self._queue[self._next]
+            start = self._start + offset
+            if start + length > filled:
+                return
+            self._futures.append(_decoders().submit(array.decode, at, self.buffer[start : start + length]))
+            self._next += 1
+
+    def _read_header(self, filled: int) -> bool:
+        size = chunk_wire.header_length(self.buffer[:filled])
+        if size is None or filled < size:
+            return False
+        self.header, self.manifest, self._start = chunk_wire.decode_header(self.buffer[:size])
+        for sent in self.header.arrays:
+            array = _Array(sent, self.manifest.tensors[sent.name].chunks)  # type: ignore[arg-type]
+            self._arrays.append(array)
+            self._queue += [(array, at, offset, length) for at, offset, length, _ in sent.chunks]
+        return True
+
+    def wait(self) -> None:
+        """Until every decode started is over (the buffer may then be reused), whatever their outcome."""
+        for future in self._futures:
+            future.exception()
+
+    def finish(self, filled: int) -> Features:
+        self.feed(filled)
+        if self.header is None or self.manifest is None:
+            raise IntegrityError("a chunk body ended inside its header")
+        if self._next < len(self._queue) or filled != self._start + self.header.data_bytes:
+            raise IntegrityError(f"a chunk body of {filled} bytes does not end where its index does")
+        for future in self._futures:
+            future.result()
+        tensors = {a.sent.name: RawTensor.from_numpy(a.sent.name, a.sent.dtype, a.out) for a in self._arrays}
+        features = Features(self.manifest, tensors, list(self.header.layers), tuple(self.header.tokens))
+        if self.header.full != features.full:
+            raise IntegrityError("the chunk header's `full` does not match the part it serves")
+        if self.verify == "full" and features.full and content_hash(tensors.values()) != self.manifest.content_hash:
+            raise IntegrityError(f"received tensors do not hash to {self.manifest.content_hash}")
+        return features
+
+
+def decode_chunks(body: bytes | bytearray | memoryview, verify: Verify = "chunks") -> Features:
+    """A whole chunk body already received."""
+    view = memoryview(body).cast("B")
+    return ChunkDecoder(view, verify).finish(view.nbytes)
+
+
+def receive_chunks(pieces: Iterable[bytes], length: int, pool: BufferPool, verify: Verify = "chunks") -> Features:
+    """Receive a chunk body of `length` bytes from `pieces`, decoding it as it arrives."""
+    buffer = pool.take(length)
+    view = memoryview(buffer)[:length]
+    decoder = ChunkDecoder(view, verify)
+    filled = 0
+    try:
+        for piece in pieces:
+            end = filled + memoryview(piece).nbytes
+            if end > length:
+                raise IntegrityError(f"the body runs past its {length} bytes")
+            view[filled:end] = piece
+            filled = end
+            decoder.feed(filled)
+        return decoder.finish(filled)
+    finally:
+        decoder.wait()
+        pool.give(buffer)
+
+
+class Pieces:
+    """Exact-length reads out of a body arriving in pieces of any size (a batch's frames, one after another)."""
+
+    def __init__(self, pieces: Iterable[bytes]) -> None:
+        self._pieces = iter(pieces)
+        self._left = memoryview(b"")
+
+    def take(self, n: int) -> Iterator[memoryview]:
+        """The next `n` bytes, in pieces; IntegrityError if the body ends first."""
+        while n > 0:
+            if not self._left.nbytes:
+                piece = next(self._pieces, None)
+                if piece is None:
+                    raise IntegrityError("the body ended inside a frame")
+                self._left = memoryview(piece).cast("B")
+            part, self._left = self._left[:n], self._left[n:]
+            n -= part.nbytes
+            yield part
+
+    def read(self, n: int) -> bytearray:
+        buffer = bytearray(n)
+        filled = 0
+        for part in self.take(n):
+            buffer[filled : filled + part.nbytes] = part
+            filled += part.nbytes
+        return buffer
+
+    def at_end(self) -> bool:
+        while not self._left.nbytes:
+            piece = next(self._pieces, None)
+            if piece is None:
+                return True
+            self._left = memoryview(piece).cast("B")
+        return False
+
+
+def decode_any(body: bytes | bytearray | memoryview, chunks: bool, verify: Verify = "chunks") -> Features:
+    """A features body in either wire format, verified."""
+    if chunks:
+        return decode_chunks(body, verify)
+    return decode_verified(body)
+
+
+def _scratch_block(nbytes: int) -> np.ndarray:
+    block = getattr(_scratch, "block", None)
+    if block is None or block.nbytes < nbytes:
+        block = _scratch.block = np.empty(nbytes, dtype=np.uint8)
+    return block[:nbytes]

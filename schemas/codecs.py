@@ -1,0 +1,29 @@
+"""The codecs a store writes its chunks with, chosen by measurement (`benchmarks/codecs.py`, table in the README):
+every one is a blosc configuration, so each chunk names its own codec in its blosc header and any of them reads back
+whatever the store's current setting is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class StoreCodec(StrEnum):
+    # bit-shuffle + lz4: 1.25x on the 27B target's hidden states, decodes at 2.2 GB/s per thread (GPU host's CPU)
+    LZ4_BITSHUFFLE = "lz4-bitshuffle"
+    # byte-shuffle + zstd level 1: 1.29x, decodes at 0.44 GB/s per thread; the default before the measurement
+    ZSTD1_SHUFFLE = "zstd1-shuffle"
+
+
+@dataclass(frozen=True, slots=True)
+class BloscParams:
+    cname: str
+    clevel: int
+    shuffle: str  # Zarr v3's name: "noshuffle" | "shuffle" | "bitshuffle"
+
+
+BLOSC: dict[StoreCodec, BloscParams] = {
+    StoreCodec.LZ4_BITSHUFFLE: BloscParams("lz4", 5, "bitshuffle"),
+    StoreCodec.ZSTD1_SHUFFLE: BloscParams("zstd", 1, "shuffle"),
+}
+DEFAULT_CODEC = StoreCodec.LZ4_BITSHUFFLE
