@@ -1,12 +1,13 @@
 """A direct writer for hsstore's one Zarr v3 layout (the twin of shard_reader): every inner chunk compressed with
-blosc (the store's codec, `schemas.codecs`) on a thread pool, crc32c appended, all chunks in one shard file with its
-index at the end, metadata as zarr itself writes it. zarr's generic write path cost most of the GPU host's writer
-time in Python (and the GIL the extraction thread needs); this one is blosc, crc32c and one file write. Any zarr
-reader opens the result (tested against zarr-python)."""
+blosc (the store's codec, `schemas.codecs`) on a thread pool, crc32c appended, all chunks in one shard with its index
+at the end, metadata as zarr itself writes it (`encode_array`; `write_array` puts it in a directory). zarr's generic
+write path cost most of the GPU host's writer time in Python (and the GIL the extraction thread needs); this one is
+blosc, crc32c and one write. Any zarr reader opens the result (tested against zarr-python)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from itertools import product
 from math import ceil, prod
 from pathlib import Path
@@ -19,7 +20,7 @@ from numcodecs import Blosc
 from schemas import chunks
 from schemas.chunks import DIGEST, ChunkDigests
 from schemas.codecs import BLOSC, DEFAULT_CODEC, StoreCodec
-from service.storage.shard_reader import POOL
+from service.storage.shard_reader import POOL, shard_key
 
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
 
@@ -76,15 +77,21 @@ def array_metadata(
     }
 
 
-def write_array(
-    path: Path,
-    data: np.ndarray,
-    chunk: tuple[int, ...],
-    attributes: dict[str, Any],
-    codec: StoreCodec = DEFAULT_CODEC,
-) -> ChunkDigests:
-    """`data` (little-endian) as one shard of `chunk`-shaped inner chunks (edge chunks padded with the fill value);
-    returns each chunk's digest, taken from the block it compressed."""
+@dataclass(frozen=True, slots=True)
+class EncodedArray:
+    """One array in our layout, ready to be put anywhere: its metadata document and its shard, in pieces."""
+
+    metadata: bytes
+    shard: list[bytes]  # the chunks' frames and crcs, then the index and its crc: written one after the other
+    shard_key: str  # the shard's path under the array
+    digests: ChunkDigests
+
+
+def encode_array(
+    data: np.ndarray, chunk: tuple[int, ...], attributes: dict[str, Any], codec: StoreCodec = DEFAULT_CODEC
+) -> EncodedArray:
+    """`data` (little-endian) as one shard of `chunk`-shaped inner chunks (edge chunks padded with the fill value),
+    with each chunk's digest, taken from the block it compressed."""
     shard = tuple(ceil(n / c) * c for n, c in zip(data.shape, chunk, strict=True))
     chunk_grid = [s // c for s, c in zip(shard, chunk, strict=True)]
     meta = array_metadata(data.shape, data.dtype, chunk, shard, attributes, codec)
@@ -105,12 +112,28 @@ def write_array(
         index[position] = (offset, len(compressed) + len(crc))
         offset += len(compressed) + len(crc)
     index_bytes = index.tobytes()
-    shard_file = path.joinpath("c", *["0"] * data.ndim)
+    pieces = [piece for compressed, crc, _ in encoded for piece in (compressed, crc)]
+    return EncodedArray(
+        metadata=json.dumps(meta).encode(),
+        shard=[*pieces, index_bytes + _crc(index_bytes)],
+        shard_key=shard_key(data.ndim),
+        digests=ChunkDigests(shape=list(chunk), digest=DIGEST, digests=[digest for _, _, digest in encoded]),
+    )
+
+
+def write_array(
+    path: Path,
+    data: np.ndarray,
+    chunk: tuple[int, ...],
+    attributes: dict[str, Any],
+    codec: StoreCodec = DEFAULT_CODEC,
+) -> ChunkDigests:
+    """`encode_array` into a directory."""
+    encoded = encode_array(data, chunk, attributes, codec)
+    shard_file = path / encoded.shard_key
     shard_file.parent.mkdir(parents=True, exist_ok=True)
     with shard_file.open("wb") as handle:
-        for compressed, crc, _ in encoded:
-            handle.write(compressed)
-            handle.write(crc)
-        handle.write(index_bytes + _crc(index_bytes))
-    (path / "zarr.json").write_text(json.dumps(meta))
-    return ChunkDigests(shape=list(chunk), digest=DIGEST, digests=[digest for _, _, digest in encoded])
+        for piece in encoded.shard:
+            handle.write(piece)
+    (path / "zarr.json").write_bytes(encoded.metadata)
+    return encoded.digests

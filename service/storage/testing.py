@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numcodecs import Blosc
 
+from schemas import chunk_wire
 from schemas.content_hash import content_hash
 from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
@@ -104,3 +106,31 @@ class BlobStoreTests:
                     Selection(rows=(0, 10)),
                     dict(infos, **{name: infos[name].model_copy(update={"chunks": wrong_digest})}),
                 )
+
+    def test_located_chunks_are_the_stored_chunks(self, store: BlobStore) -> None:
+        """What `locate` + `read_located` give (the chunk wire format's body) decodes to exactly the chunks the
+        selection needs, each matching its write-time digest."""
+        written = tensors(tokens=300)
+        digest = content_hash(written)
+        chunks = store.put_if_absent(digest, written).chunks
+        infos = {t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape), chunks=chunks[t.name]) for t in written}
+        located = store.locate(digest, Selection(rows=(70, 201), axis1={"hidden_states": (2, 0)}), infos)
+        assert located is not None and sorted(located) == sorted(infos)
+        for name, where in located.items():
+            data = b"".join(bytes(piece) for piece in store.read_located(digest, name, where.chunks))
+            assert len(data) == sum(length for _, _, length in where.chunks)
+            offset = 0
+            for at, _, length in where.chunks:
+                frame = data[offset : offset + length]
+                offset += length
+                assert chunk_wire.chunk_ok(memoryview(frame))
+                block = np.frombuffer(Blosc().decode(frame[:-4]), dtype=np.uint8)
+                assert chunks[name].matches(at, block)
+        hidden = infos["hidden_states"]
+        per_row = hidden.shape[1]  # chunks are one layer wide: a grid row holds one chunk per layer
+        rows = {at // per_row for at, _, _ in located["hidden_states"].chunks}
+        tokens = hidden.chunks.shape[0]
+        assert rows == set(range(70 // tokens, 200 // tokens + 1))  # only the chunk rows the tokens touch
+        assert {at % per_row for at, _, _ in located["hidden_states"].chunks} == {0, 2}  # only the layers asked
+        with pytest.raises(KeyError):
+            store.locate("sha256:" + "0" * 64, Selection(), infos)

@@ -13,7 +13,6 @@ import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-import numpy as np
 import zarr
 
 from schemas.chunks import ChunkDigests, digests_of
@@ -21,10 +20,11 @@ from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.files import atomic_write, fsync_dir, staging_owner, staging_path
 from schemas.keys import is_content_hash
 from schemas.manifest import TensorInfo
-from schemas.tensors import DTYPES, RawTensor
+from schemas.tensors import RawTensor
 from service.errors import ReadOnly
+from service.storage.layout import chunk_shape, read_index, runs, written_as
 from service.storage.protocol import LocatedArray, Selection, Stored
-from service.storage.shard_reader import Written, locate_array, read_array, shard_file
+from service.storage.shard_reader import LocalArray, locate_array, read_array
 from service.storage.shard_writer import write_array, write_group
 
 
@@ -40,31 +40,6 @@ def _fsync_tree(root: Path) -> None:
 
 
 _PIECE = 4 << 20
-
-
-def _index(selection: Selection, name: str, ndim: int) -> tuple[slice | list[int], ...]:
-    index: list[slice | list[int]] = [slice(*selection.rows) if selection.rows else slice(None)]
-    if name in selection.axis1:
-        index.append(list(selection.axis1[name]))
-    return tuple(index + [slice(None)] * (ndim - len(index)))
-
-
-def _written(tensor: TensorInfo, check_digests: bool) -> Written:
-    return Written(tuple(tensor.shape), np.dtype(DTYPES[tensor.dtype][1]), tensor.chunks, check_digests)
-
-
-def _runs(chunks: Sequence[tuple[int, int, int]]) -> Iterator[tuple[int, int]]:
-    """(start, stop) byte runs of the chunks, adjacent ones merged."""
-    run: list[int] | None = None
-    for _, offset, length in chunks:
-        if run is not None and run[1] == offset:
-            run[1] += length
-            continue
-        if run is not None:
-            yield run[0], run[1]
-        run = [offset, offset + length]
-    if run is not None:
-        yield run[0], run[1]
 
 
 def _alive(pid: int) -> bool:
@@ -160,12 +135,7 @@ class LocalZarrStore:
         return {t.name: digests_of(t.numpy(), self._chunk_shape(t.shape)) for t in tensors}
 
     def _chunk_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """Inner chunks: `chunk_tokens` rows x one position along axis 1 (so a slice of axis 1, such as some of the
-        layers of hidden states, reads only its chunks)."""
-        tokens = max(1, min(self.chunk_tokens, shape[0]))
-        if len(shape) == 3:
-            return (tokens, 1, shape[2])
-        return (tokens, *shape[1:])
+        return chunk_shape(shape, self.chunk_tokens)
 
     # -- reading -------------------------------------------------------------------------------------------------
     def _open(self, content_hash: str) -> zarr.Group:
@@ -193,9 +163,9 @@ class LocalZarrStore:
             info = json.loads((root / "zarr.json").read_text())["attributes"]["hsstore"]["tensors"]
         out: dict[str, RawTensor] = {}
         for name in sorted(info):
-            index = _index(selection, name, len(info[name]["shape"]))
-            record = _written(written[name], check_digests) if written is not None else None
-            data = read_array(root / name, index, record)
+            index = read_index(selection, name, len(info[name]["shape"]))
+            record = written_as(written[name], check_digests) if written is not None else None
+            data = read_array(LocalArray(root / name), index, record)
             if data is None:  # not the layout we write: let zarr read it
                 data = self._open(content_hash)[name].get_orthogonal_selection(index)
             out[name] = RawTensor.from_numpy(name, info[name]["dtype"], data)
@@ -209,7 +179,9 @@ class LocalZarrStore:
             raise KeyError(content_hash)
         located = {}
         for name, tensor in sorted(written.items()):
-            found = locate_array(root / name, _index(selection, name, len(tensor.shape)), _written(tensor, False))
+            found = locate_array(
+                LocalArray(root / name), read_index(selection, name, len(tensor.shape)), written_as(tensor, False)
+            )
             if found is None:
                 return None
             located[name] = LocatedArray(found.layout.blosc, found.chunks)
@@ -221,13 +193,13 @@ class LocalZarrStore:
         root = self._path(content_hash) / name
         if not root.is_dir():
             raise KeyError(content_hash)
-        with shard_file(root, json.loads((root / "zarr.json").read_bytes())).open("rb") as handle:
+        with LocalArray(root).shard().open("rb") as handle:
             mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         mapped.madvise(mmap.MADV_SEQUENTIAL)
         view = memoryview(mapped)  # the mmap lives as long as a piece of it is referenced
         if any(offset + length > view.nbytes for _, offset, length in chunks):
             raise ValueError(f"{name}: the shard is shorter than its index says")
-        return (view[at : min(stop, at + _PIECE)] for start, stop in _runs(chunks) for at in range(start, stop, _PIECE))
+        return (view[at : min(stop, at + _PIECE)] for start, stop in runs(chunks) for at in range(start, stop, _PIECE))
 
     def exists(self, content_hash: str) -> bool:
         return self._path(content_hash).is_dir()
