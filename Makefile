@@ -16,6 +16,7 @@ demo: $(VENV)/.installed
 	$(PY) -m hsstore.demo
 
 test: $(VENV)/.installed
+	scripts/postgres-for-tests.sh  # the machine's Postgres, started if down (the catalog's Postgres tests need it)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache  # the layering contracts in pyproject.toml
 	$(PY) -m pytest -q -m "not gpu"

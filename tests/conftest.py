@@ -26,7 +26,8 @@ from service.model.devmodel import build_devmodel
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.revision_cache import cached_model_revision
 from service.settings import Settings
-from tests.s3_server import bucket, moto_endpoint  # noqa: F401 - fixtures for every test module
+from tests.postgres_server import postgres_admin, postgres_url  # noqa: F401 - fixtures for every test module
+from tests.s3_server import bucket, moto_endpoint  # noqa: F401
 from tests.slow_writes import PAUSE_ENV
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from service.catalog.migrations import TABLE, Step, check_version, statements
 from service.errors import ReadOnly
 
 log = logging.getLogger("hsstore.catalog")
@@ -80,12 +81,36 @@ class SqliteDatabase:
                 raise
             self._db.execute("COMMIT")
 
-    def create(self, schema: str) -> None:
-        """A part's tables and indexes, if they are not there yet (a read-only replica finds them made)."""
-        if self.read_only:
-            return
+    def migrate(self, part: str, steps: Sequence[Step]) -> None:
+        """Bring a part's tables to the newest version (`service/catalog/migrations.py`); a read-only replica only
+        checks that it can read what it finds."""
         with self._lock:
-            self._db.executescript(schema)
+            if self.read_only:
+                exists = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone()
+                row = exists and self._db.execute(f"SELECT version FROM {TABLE} WHERE part = ?", (part,)).fetchone()
+                check_version(part, row[0] if row else 0, steps)
+                return
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (part TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+            self._db.execute("BEGIN IMMEDIATE")  # the write lock: one process migrates, the others then find it done
+            try:
+                row = self._db.execute(f"SELECT version FROM {TABLE} WHERE part = ?", (part,)).fetchone()
+                have = row[0] if row else 0
+                check_version(part, have, steps)
+                for version, step in enumerate(steps[have:], start=have + 1):
+                    if callable(step):
+                        step(self._db)
+                    else:
+                        for statement in statements(step):
+                            self._db.execute(statement)
+                    self._db.execute(
+                        f"INSERT INTO {TABLE} (part, version) VALUES (?, ?)"
+                        " ON CONFLICT (part) DO UPDATE SET version = excluded.version",
+                        (part, version),
+                    )
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
 
     def ping(self) -> None:
         with self._lock:

@@ -46,7 +46,7 @@ CREATE INDEX IF NOT EXISTS job_items_pending ON job_items (job_id, state);
 class SqliteJobStore:
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
-        db.create(_SCHEMA)
+        db.migrate("jobs", [_SCHEMA])
 
     _JOB_COLUMNS = (
         "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, "

@@ -10,7 +10,7 @@ _SCHEMA = "CREATE TABLE IF NOT EXISTS kv (name TEXT PRIMARY KEY, value TEXT);"
 class SqliteKeyValue:
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
-        db.create(_SCHEMA)
+        db.migrate("kv", [_SCHEMA])
 
     def kv_get(self, name: str) -> str | None:
         with self.db.connection() as conn:

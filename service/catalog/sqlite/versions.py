@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from schemas.keys import EntryFilter, EntryKey, prefix_bounds
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
+from service.catalog.migrations import Step
 from service.catalog.sqlite.database import SqliteDatabase
 
 _SCHEMA = """
@@ -36,17 +39,21 @@ _FILTER_COLUMNS = {
 _PREFIXED = ("prompt_hash", "content_hash")
 
 
+def _add_record_columns(conn: sqlite3.Connection) -> None:
+    """Catalogs made before audits and integrity checks were recorded lack their columns."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(versions)")}
+    for column in ("audit", "integrity"):
+        if column not in columns:
+            conn.execute(f"ALTER TABLE versions ADD COLUMN {column} TEXT")
+
+
+MIGRATIONS: list[Step] = [_SCHEMA, _add_record_columns]
+
+
 class SqliteVersionCatalog:
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
-        db.create(_SCHEMA)
-        if db.read_only:
-            return
-        with db.writing() as conn:
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(versions)")}
-            for column in ("audit", "integrity"):  # catalogs written before these existed
-                if column not in columns:
-                    conn.execute(f"ALTER TABLE versions ADD COLUMN {column} TEXT")
+        db.migrate("versions", MIGRATIONS)
 
     @staticmethod
     def _manifest(seq: int, document: str, audit: str | None, integrity: str | None) -> Manifest:

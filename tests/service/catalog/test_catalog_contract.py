@@ -1,4 +1,5 @@
-"""The SQLite catalog passes the shipped contract suites, each part on one shared database file."""
+"""Every catalog engine passes the shipped contract suites: SQLite (each part on one shared database file) and
+Postgres (a throwaway database of the real server); and both migrate their schema once, recorded."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from service.catalog import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog, VersionCatalog
+from service.catalog.migrations import TABLE, SchemaTooNew
+from service.catalog.postgres import PostgresDatabase, PostgresJobStore, PostgresKeyValue, PostgresVersionCatalog
 from service.catalog.testing import JobStoreTests, KeyValueTests, VersionCatalogTests
 
 
@@ -42,3 +45,92 @@ class TestSqliteKeyValue(KeyValueTests):
     @pytest.fixture
     def kv(self, database: SqliteDatabase) -> SqliteKeyValue:
         return SqliteKeyValue(database)
+
+
+@pytest.fixture
+def pg_database(postgres_url: str) -> Iterator[PostgresDatabase]:
+    db = PostgresDatabase(postgres_url)
+    yield db
+    db.close()
+
+
+class TestPostgresVersions(VersionCatalogTests):
+    @pytest.fixture
+    def open_versions(self, postgres_url: str) -> Iterator[Callable[[], VersionCatalog]]:
+        opened: list[PostgresDatabase] = []
+
+        def open_() -> VersionCatalog:
+            opened.append(PostgresDatabase(postgres_url))
+            return PostgresVersionCatalog(opened[-1])
+
+        yield open_
+        for db in opened:
+            db.close()
+
+
+class TestPostgresJobs(JobStoreTests):
+    @pytest.fixture
+    def jobs(self, pg_database: PostgresDatabase) -> PostgresJobStore:
+        return PostgresJobStore(pg_database)
+
+
+class TestPostgresKeyValue(KeyValueTests):
+    @pytest.fixture
+    def kv(self, pg_database: PostgresDatabase) -> PostgresKeyValue:
+        return PostgresKeyValue(pg_database)
+
+
+def test_postgres_schema_is_migrated_once_and_recorded(postgres_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def start() -> None:  # replicas and workers starting together
+        db = PostgresDatabase(postgres_url)
+        PostgresVersionCatalog(db), PostgresJobStore(db), PostgresKeyValue(db)
+        db.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda _: start(), range(4)))
+    db = PostgresDatabase(postgres_url)
+    with db.connection() as conn:
+        recorded = dict(conn.execute(f"SELECT part, version FROM {TABLE}").fetchall())
+    assert recorded == {"versions": 1, "jobs": 1, "kv": 1}
+    db.close()
+
+
+def test_a_newer_schema_is_refused(postgres_url: str, tmp_path: Path) -> None:
+    db = PostgresDatabase(postgres_url)
+    PostgresKeyValue(db)
+    with db.connection() as conn:
+        conn.execute(f"UPDATE {TABLE} SET version = 99 WHERE part = 'kv'")
+    with pytest.raises(SchemaTooNew):
+        PostgresKeyValue(db)
+    db.close()
+    sqlite = SqliteDatabase(tmp_path / "catalog.sqlite")
+    SqliteKeyValue(sqlite)
+    with sqlite.writing() as conn:
+        conn.execute(f"UPDATE {TABLE} SET version = 99 WHERE part = 'kv'")
+    with pytest.raises(SchemaTooNew):
+        SqliteKeyValue(sqlite)
+
+
+def test_a_sqlite_catalog_from_before_migrations_is_brought_up_to_date(tmp_path: Path) -> None:
+    """A catalog made before schema versions (no `hsstore_schema`, no audit/integrity columns) opens and migrates."""
+    import sqlite3
+
+    path = tmp_path / "catalog.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE versions (seq INTEGER PRIMARY KEY AUTOINCREMENT, prompt_hash TEXT NOT NULL, model_revision TEXT"
+        " NOT NULL, backend TEXT NOT NULL, featureset_id TEXT NOT NULL, content_hash TEXT NOT NULL, created_at TEXT"
+        " NOT NULL, manifest TEXT NOT NULL, UNIQUE (prompt_hash, model_revision, backend, featureset_id,"
+        " content_hash));"
+    )
+    old.close()
+    db = SqliteDatabase(path)
+    versions = SqliteVersionCatalog(db)
+    with db.connection() as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(versions)")}
+        assert {"audit", "integrity"} <= columns
+        assert conn.execute(f"SELECT version FROM {TABLE} WHERE part = 'versions'").fetchone()[0] == 2
+    assert versions.count() == 0
+    db.close()

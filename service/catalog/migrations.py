@@ -1,0 +1,35 @@
+"""Schema versions for every catalog engine: each part of a catalog (versions, jobs, kv) is an ordered list of
+steps, and a table `hsstore_schema (part, version)` says how many of them a database has had. Opening a catalog
+applies the missing steps in order, each in the transaction that records it, under the engine's lock for schema
+changes (Postgres: an advisory lock, so replicas and workers starting together migrate once; SQLite: its write
+lock). A database newer than this code is refused, never written to.
+
+Why not Alembic: the catalog is a handful of tables written in plain SQL per engine, with no ORM; Alembic would bring
+SQLAlchemy for the DDL alone. What it would give — ordered, recorded, transactional steps, taken once under a lock
+— is this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# A step is SQL (statements separated by `;`) or a function given the open connection.
+Step = str | Callable[[Any], None]
+
+TABLE = "hsstore_schema"
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was migrated by a newer hsstore than this one."""
+
+
+def check_version(part: str, have: int, steps: Sequence[Step]) -> None:
+    if have > len(steps):
+        raise SchemaTooNew(
+            f"the catalog's {part} schema is version {have}, newer than this hsstore knows ({len(steps)}): upgrade it"
+        )
+
+
+def statements(step: str) -> list[str]:
+    return [s.strip() for s in step.split(";") if s.strip()]

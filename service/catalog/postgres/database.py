@@ -1,0 +1,81 @@
+"""A Postgres database shared by the catalog's parts: a pool of connections (psycopg 3), each part bringing its own
+tables through the migrations. Every replica and worker of a cluster opens the same database."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from service.catalog.migrations import TABLE, Step, check_version, statements
+from service.errors import ReadOnly
+
+log = logging.getLogger("hsstore.catalog")
+_MIGRATION_LOCK = 0x68737374  # one advisory lock id for every hsstore schema change ("hsst")
+
+
+class PostgresDatabase:
+    def __init__(self, url: str, read_only: bool = False, max_connections: int = 8) -> None:
+        self.url = url
+        self.read_only = read_only
+        self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True})
+        self.pool.wait(timeout=30)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A connection for reading (each statement its own transaction)."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def writing(self) -> Iterator[psycopg.Connection]:
+        self._refuse_if_read_only()
+        with self.pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection]:
+        """All of the block's statements, or none of them."""
+        self._refuse_if_read_only()
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise ReadOnly("this replica serves the catalog read-only: it writes nothing")
+
+    def migrate(self, part: str, steps: Sequence[Step]) -> None:
+        """Bring a part's tables to the newest version, once, whoever else is starting at the same moment."""
+        with self.pool.connection() as conn:
+            if self.read_only:
+                exists = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0]
+                row = exists and conn.execute(f"SELECT version FROM {TABLE} WHERE part = %s", (part,)).fetchone()
+                check_version(part, row[0] if row else 0, steps)
+                return
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+                conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (part TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+                row = conn.execute(f"SELECT version FROM {TABLE} WHERE part = %s", (part,)).fetchone()
+                have = row[0] if row else 0
+                check_version(part, have, steps)
+                for version, step in enumerate(steps[have:], start=have + 1):
+                    if callable(step):
+                        step(conn)
+                    else:
+                        for statement in statements(step):
+                            conn.execute(statement)
+                    conn.execute(
+                        f"INSERT INTO {TABLE} (part, version) VALUES (%s, %s)"
+                        " ON CONFLICT (part) DO UPDATE SET version = excluded.version",
+                        (part, version),
+                    )
+
+    def ping(self) -> None:
+        with self.pool.connection() as conn:
+            conn.execute("SELECT 1").fetchone()
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,197 @@
+"""Warm jobs in Postgres: a `jobs` row and one `job_items` row per (sample, backend)."""
+
+from __future__ import annotations
+
+import json
+
+from schemas.keys import prefix_bounds
+from schemas.states import CompletionSource, ItemState, JobState
+from service.catalog.job_records import JobItem, JobRecord, NewItem, item_from_row, job_from_row
+from service.catalog.postgres.database import PostgresDatabase
+
+MIGRATIONS = [
+    """
+CREATE TABLE jobs (
+    id          TEXT PRIMARY KEY,
+    state       TEXT NOT NULL,
+    priority    INTEGER NOT NULL,
+    run_now     BOOLEAN NOT NULL,
+    backends    TEXT NOT NULL,
+    featureset  TEXT NOT NULL,
+    completion  TEXT,
+    created_at  TEXT NOT NULL,
+    started_at  TEXT,
+    finished_at TEXT,
+    tokens      BIGINT NOT NULL DEFAULT 0,
+    busy_s      DOUBLE PRECISION NOT NULL DEFAULT 0,
+    error       TEXT
+);
+CREATE INDEX jobs_id ON jobs (id text_pattern_ops);
+CREATE TABLE job_items (
+    job_id            TEXT NOT NULL REFERENCES jobs (id),
+    idx               INTEGER NOT NULL,
+    backend           TEXT NOT NULL,
+    sample            TEXT NOT NULL,
+    prompt_hash       TEXT NOT NULL,
+    state             TEXT NOT NULL,
+    error             TEXT,
+    content_hash      TEXT,
+    greedy_tokens     INTEGER,
+    completion_ids    TEXT,
+    completion_source TEXT,
+    PRIMARY KEY (job_id, idx, backend)
+);
+CREATE INDEX job_items_pending ON job_items (job_id, state)
+"""
+]
+_JOB_COLUMNS = (
+    "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, finished_at, tokens, "
+    "busy_s, error"
+)
+_ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, completion_ids, completion_source"
+
+
+class PostgresJobStore:
+    def __init__(self, db: PostgresDatabase) -> None:
+        self.db = db
+        db.migrate("jobs", MIGRATIONS)
+
+    def create_job(self, job: JobRecord, items: list[NewItem]) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT INTO jobs (id, state, priority, run_now, backends, featureset, completion, created_at)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    job.id,
+                    job.state,
+                    job.priority,
+                    job.run_now,
+                    json.dumps(job.backends),
+                    json.dumps(job.featureset),
+                    job.completion,
+                    job.created_at,
+                ),
+            )
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO job_items (job_id, idx, backend, sample, prompt_hash, state, greedy_tokens)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    [
+                        (
+                            job.id,
+                            i.index,
+                            i.backend,
+                            json.dumps(i.sample),
+                            i.prompt_hash,
+                            ItemState.PENDING,
+                            i.greedy_tokens,
+                        )
+                        for i in items
+                    ],
+                )
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with self.db.connection() as conn:
+            row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = %s", (job_id,)).fetchone()
+        return job_from_row(row) if row else None
+
+    def job_ids_starting(self, prefix: str, limit: int = 2) -> list[str]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                "SELECT id FROM jobs WHERE id >= %s AND id < %s ORDER BY id LIMIT %s", (*prefix_bounds(prefix), limit)
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def list_jobs(self, limit: int = 100) -> list[JobRecord]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY created_at DESC LIMIT %s", (limit,)
+            ).fetchall()
+        return [job_from_row(r) for r in rows]
+
+    def job_counts(self, job_id: str) -> dict[str, int]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                "SELECT state, COUNT(*) FROM job_items WHERE job_id = %s GROUP BY state", (job_id,)
+            ).fetchall()
+            fetched = conn.execute(
+                "SELECT COUNT(*) FROM job_items WHERE job_id = %s AND completion_ids IS NOT NULL", (job_id,)
+            ).fetchone()[0]
+        return {**{state: int(count) for state, count in rows}, "completions_fetched": int(fetched)}
+
+    def job_errors(self, job_id: str, limit: int = 100) -> list[tuple[int, str, str, str]]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                "SELECT idx, backend, prompt_hash, error FROM job_items WHERE job_id = %s AND state = %s"
+                " ORDER BY idx LIMIT %s",
+                (job_id, ItemState.FAILED, limit),
+            ).fetchall()
+        return [tuple(row) for row in rows]
+
+    def set_job_state(
+        self,
+        job_id: str,
+        state: JobState,
+        started_at: str | None = None,
+        finished_at: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                "UPDATE jobs SET state = %s, started_at = COALESCE(started_at, %s), finished_at = %s, error = %s"
+                " WHERE id = %s",
+                (state, started_at, finished_at, error, job_id),
+            )
+
+    def add_job_work(self, job_id: str, tokens: int, busy_s: float) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                "UPDATE jobs SET tokens = tokens + %s, busy_s = busy_s + %s WHERE id = %s", (tokens, busy_s, job_id)
+            )
+
+    def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]:
+        where = "state IN (%s, %s)" + ("" if include_windowed else " AND run_now")
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY priority DESC, created_at",
+                (JobState.QUEUED, JobState.RUNNING),
+            ).fetchall()
+        return [job_from_row(r) for r in rows]
+
+    def pending_items(self, job_id: str, limit: int, needing_completion: bool = False) -> list[JobItem]:
+        extra = (
+            " AND completion_ids IS NULL AND completion_source IS NULL AND greedy_tokens IS NOT NULL"
+            if needing_completion
+            else ""
+        )
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_ITEM_COLUMNS} FROM job_items WHERE job_id = %s AND state = %s{extra}"
+                " ORDER BY backend, idx LIMIT %s",
+                (job_id, ItemState.PENDING, limit),
+            ).fetchall()
+        return [item_from_row(r) for r in rows]
+
+    def finish_item(
+        self, item: JobItem, state: ItemState, content_hash: str | None = None, error: str | None = None
+    ) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                "UPDATE job_items SET state = %s, content_hash = %s, error = %s"
+                " WHERE job_id = %s AND idx = %s AND backend = %s",
+                (state, content_hash, error, item.job_id, item.index, item.backend),
+            )
+
+    def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                "UPDATE job_items SET completion_ids = %s, completion_source = %s WHERE job_id = %s AND idx = %s",
+                (json.dumps(completion_ids), source, job_id, index),
+            )
+
+    def fall_back_to_target(self, job_id: str, index: int) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                "UPDATE job_items SET completion_source = %s WHERE job_id = %s AND idx = %s AND completion_ids IS NULL",
+                (CompletionSource.GREEDY_TARGET, job_id, index),
+            )

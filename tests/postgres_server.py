@@ -1,0 +1,43 @@
+"""A real Postgres for tests: the machine's packaged cluster (started by `scripts/postgres-for-tests.sh`, which
+`make test` runs), a throwaway database per test. Never skipped: without Postgres the tests fail, naming why."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ADMIN_URL = os.environ.get("HSSTORE_TEST_POSTGRES", "postgresql://hsstore:hsstore@127.0.0.1:5432/postgres")
+
+
+def _reachable() -> bool:
+    try:
+        with psycopg.connect(ADMIN_URL, connect_timeout=3):
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def postgres_admin() -> str:
+    if not _reachable():
+        subprocess.run([str(REPO / "scripts" / "postgres-for-tests.sh")], check=False)
+    if not _reachable():
+        pytest.fail(f"no Postgres at {ADMIN_URL}: run scripts/postgres-for-tests.sh (make test does)")
+    return ADMIN_URL
+
+
+@pytest.fixture
+def postgres_url(postgres_admin: str) -> Iterator[str]:
+    name = f"hsstore_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield postgres_admin.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(postgres_admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
