@@ -16,7 +16,16 @@ from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.deps import PROVIDED
 from service.api.routes import audit, compare, entries, extract, features, health, info, jobs, window
-from service.catalog import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog
+from service.catalog import (
+    JobStore,
+    KeyValue,
+    SqliteDatabase,
+    SqliteJobStore,
+    SqliteKeyValue,
+    SqliteVersionCatalog,
+    VersionCatalog,
+)
+from service.catalog.postgres import PostgresDatabase, PostgresJobStore, PostgresKeyValue, PostgresVersionCatalog
 from service.core.auditor import Auditor
 from service.core.gate import ExtractionGate
 from service.core.prepare import RequestPreparer
@@ -36,7 +45,11 @@ from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
 from service.model.revision_cache import cached_model_revision
 from service.settings import Settings
+from service.storage.object_store import ObjectZarrStore, open_url
+from service.storage.protocol import BlobStore
 from service.storage.zarr_local import LocalZarrStore
+
+Database = SqliteDatabase | PostgresDatabase
 
 log = logging.getLogger("hsstore")
 
@@ -94,10 +107,10 @@ class Services:
     """The object graph: each service built once, each handed only what it needs."""
 
     settings: Settings
-    database: SqliteDatabase
-    store: LocalZarrStore
-    versions: SqliteVersionCatalog
-    jobs: SqliteJobStore
+    database: Database
+    store: BlobStore
+    versions: VersionCatalog
+    jobs: JobStore
     windows: Windows
     models: ModelManager[Extractor] | None
     gate: ExtractionGate
@@ -116,16 +129,30 @@ class Services:
         self.database.close()
 
 
+def build_store(settings: Settings, read_only: bool) -> BlobStore:
+    if settings.store_url is None:
+        return LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only, codec=settings.codec)
+    objects = open_url(settings.store_url, settings.s3_endpoint)
+    return ObjectZarrStore(objects, settings.chunk_tokens, read_only, settings.codec, url=settings.store_url)
+
+
+def build_catalog(settings: Settings, read_only: bool) -> tuple[Database, VersionCatalog, JobStore, KeyValue]:
+    """SQLite under data_dir, or the Postgres `catalog_url` names: each part on the engine's one shared database."""
+    if settings.catalog_url is None:
+        sqlite = SqliteDatabase(settings.catalog_path, read_only=read_only)
+        return sqlite, SqliteVersionCatalog(sqlite), SqliteJobStore(sqlite), SqliteKeyValue(sqlite)
+    postgres = PostgresDatabase(settings.catalog_url, read_only=read_only)
+    return postgres, PostgresVersionCatalog(postgres), PostgresJobStore(postgres), PostgresKeyValue(postgres)
+
+
 def build_services(
     settings: Settings, loaded: LoadedModel | None = None, on_event: Callable[[str], None] | None = None
 ) -> Services:
     read_only = settings.store_read_only
     if read_only and settings.model_dir is not None:
         raise ValueError("read_only: a service with a model extracts and so writes; give read_only only to replicas")
-    database = SqliteDatabase(settings.catalog_path, read_only=read_only)
-    store = LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only, codec=settings.codec)
-    versions, job_store = SqliteVersionCatalog(database), SqliteJobStore(database)
-    kv = SqliteKeyValue(database)
+    database, versions, job_store, kv = build_catalog(settings, read_only)
+    store = build_store(settings, read_only)
     windows = Windows(settings.windows, kv, settings.windows_enforced, settings.window_margin_s)
     models = build_models(settings, loaded, on_event)
     gate = ExtractionGate(models, windows)
@@ -169,6 +196,12 @@ def build_services(
     )
 
 
+def _without_password(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    return f"{scheme}://{credentials.split(':')[0]}:***@{host}" if at else url
+
+
 def startup_lines(services: Services) -> list[str]:
     """What an operator needs to see when the service starts: where, which model, what it can run, where it
     keeps data, whether anyone can call it."""
@@ -189,6 +222,10 @@ def startup_lines(services: Services) -> list[str]:
         lines.append(f"backends this host can run: {', '.join(spec.available_backends())} (default {default})")
     access = " (read-only: serves, writes nothing)" if services.store.read_only else ""
     lines.append(f"data dir: {settings.data_dir.resolve()}{access}")
+    if settings.store_url is not None:
+        lines.append(f"blobs: {settings.store_url}" + (f" at {settings.s3_endpoint}" if settings.s3_endpoint else ""))
+    if settings.catalog_url is not None:
+        lines.append(f"catalog: Postgres at {_without_password(settings.catalog_url)}")
     if settings.tokens:
         lines.append(f"auth: on ({len(settings.tokens)} bearer tokens)")
     else:

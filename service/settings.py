@@ -39,6 +39,15 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HSSTORE_", extra="forbid")
 
     data_dir: Path = Field(default=Path("hsstore-data"), description="blobs/, manifests/ and catalog.sqlite live here")
+    store_url: str | None = Field(
+        default=None,
+        description="where blobs live when not under data_dir: s3://bucket/prefix (any S3 API; credentials from "
+        "AWS_* variables) or file:///shared/path (a filesystem every host mounts)",
+    )
+    s3_endpoint: str | None = Field(default=None, description="S3 API endpoint (MinIO, Ceph RGW, R2 …); none = AWS")
+    catalog_url: str | None = Field(
+        default=None, description="postgresql://user:pass@host/db for a shared catalog; none = SQLite under data_dir"
+    )
     model_dir: Path | None = Field(default=None, description="HF model directory; none = a replica that serves only")
     read_only: bool | None = Field(
         default=None,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -78,6 +79,28 @@ class ObjectArray:
         starts, lengths = [s for s, _ in spans], [n for _, n in spans]
         fetched = _calling(lambda: obstore.get_ranges(self.store, self.shard(), starts=starts, lengths=lengths))
         return [memoryview(b) for b in fetched]
+
+
+def open_url(url: str, s3_endpoint: str | None = None) -> Any:
+    """The obstore store an URL names: `s3://bucket/prefix` (credentials and region from the AWS_* variables, as
+    every S3 tool reads them) or `file:///path` (a shared filesystem)."""
+    from obstore.store import LocalStore, S3Store
+
+    if url.startswith("s3://"):
+        bucket, _, prefix = url.removeprefix("s3://").partition("/")
+        options: dict[str, Any] = {}
+        if s3_endpoint is not None:
+            options["endpoint"] = s3_endpoint
+            if s3_endpoint.startswith("http://"):
+                options["client_options"] = {"allow_http": True}
+        if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
+            options["region"] = "us-east-1"
+        return S3Store(bucket, prefix=prefix or None, **options)
+    if url.startswith("file://"):
+        root = url.removeprefix("file://")
+        os.makedirs(root, exist_ok=True)
+        return LocalStore(root)
+    raise ValueError(f"store_url {url!r}: expected s3://bucket/prefix or file:///path")
 
 
 class ObjectZarrStore:

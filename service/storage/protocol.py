@@ -46,6 +46,8 @@ class LocatedArray:
 class BlobStore(Protocol):
     """Write-once tensor groups named by their content hash, plus the manifest documents that point at them."""
 
+    read_only: bool  # a replica's store: reads only, every write refused with ReadOnly
+
     def put_if_absent(self, content_hash: str, tensors: Sequence[RawTensor]) -> Stored:
         """Publish atomically (nothing visible until every byte is durable), or find that content there already."""
 
