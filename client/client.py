@@ -13,6 +13,7 @@ from typing import Any, Literal
 import httpx
 
 from client.cache import FeatureCache
+from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
@@ -22,6 +23,7 @@ from schemas import chunk_wire, wire
 from schemas.api import (
     AuditReport,
     AuditRequest,
+    BatchItem,
     BatchRequest,
     CompareReport,
     EntriesPage,
@@ -34,6 +36,7 @@ from schemas.api import (
     WindowOpenRequest,
     WindowState,
 )
+from schemas.chunk_wire import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import Manifest
@@ -63,11 +66,14 @@ class FeatureClient:
         max_connections: int = 16,
         wire_format: WireFormat = "chunks",
         verify: Verify = "chunks",
+        direct_reads: bool = False,
     ) -> None:
         """`wire_format="chunks"` receives the stored chunks and decodes them here, checking each against the
         digest recorded when it was written (the service then spends next to nothing per byte); "safetensors" has
         the service decode. `verify="full"` also checks a whole entry's content hash (entries written before chunk
-        digests, and every safetensors body, are checked by hash either way)."""
+        digests, and every safetensors body, are checked by hash either way). `direct_reads=True` reads the chunks
+        straight from the object store the service's blobs are in (presigned URLs it hands out), for big training
+        clusters: the service then only resolves keys."""
         self._owns_http = http is None
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout, limits=limits)
@@ -82,6 +88,8 @@ class FeatureClient:
         self._buffers = BufferPool(keep=max_connections)
         accepted = [chunk_wire.MEDIA_TYPE, SAFETENSORS] if wire_format == "chunks" else [SAFETENSORS]
         self._accept = {"accept": ", ".join(accepted)}
+        self.direct_reads = direct_reads
+        self._objects: httpx.Client | None = None  # no base URL, no bearer token: presigned URLs carry their own
 
     @property
     def url(self) -> str:
@@ -90,6 +98,8 @@ class FeatureClient:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+        if self._objects is not None:
+            self._objects.close()
         if self._owns_http:
             self._http.close()
 
@@ -131,6 +141,10 @@ class FeatureClient:
             cached = self.cache.get(key.content_hash)
             if cached is not None:
                 return cached
+        if self.direct_reads:
+            span = str(TokenRange.of(tokens)) if tokens is not None else None
+            part = BatchItem(**key.model_dump(), layers=list(layers) if layers is not None else None, tokens=span)
+            return self._direct([part])[0]
         params = key.params()
         if layers is not None:
             params["layers"] = ",".join(str(layer) for layer in layers)
@@ -150,10 +164,36 @@ class FeatureClient:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._max_connections, thread_name_prefix="hsstore-client")
         items = [batch_item(key) for key in keys]
+        if self.direct_reads:
+            return self._direct(items)
         return list(self._pool.map(lambda item: self.fetch(item.key, item.layers, item.tokens), items))
+
+    def _direct(self, items: list[BatchItem]) -> list[Features]:
+        """Locate every key in one request, then read each entry's chunks from the object store in parallel."""
+        request = BatchRequest(keys=items)
+        body = request.model_dump(mode="json", exclude_none=True)
+        located = self._transport.call(DirectEntries, "POST", "/v1/features:locate", json=body)
+        if len(located.entries) != len(items):
+            raise IntegrityError(f"asked to locate {len(items)} entries, got {len(located.entries)}")
+        if self._objects is None:
+            limits = httpx.Limits(max_connections=self._max_connections * 4)
+            self._objects = httpx.Client(timeout=self._http.timeout, limits=limits)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._max_connections, thread_name_prefix="hsstore-client")
+        fetches = ThreadPoolExecutor(self._max_connections * 4, thread_name_prefix="hsstore-ranges")
+        try:
+            with self._transport.failures("GET", "(object store)"):
+                read = list(
+                    self._pool.map(lambda e: read_direct(e, self._objects, fetches, self.verify), located.entries)
+                )
+        finally:
+            fetches.shutdown(wait=False)
+        return [self._kept(features) for features in read]
 
     def get_batch(self, keys: Sequence[KeyLike]) -> list[Features]:
         """Several entries in one request through `POST /v1/features:batch`; each body verified."""
+        if self.direct_reads:
+            return self._direct([batch_item(key) for key in keys])
         request = BatchRequest(keys=[batch_item(key) for key in keys])
         body = request.model_dump(mode="json", exclude_none=True)
         received = []

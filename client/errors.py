@@ -68,6 +68,10 @@ class BackendUnavailableError(HsstoreError):
     pass
 
 
+class DirectReadsUnavailableError(HsstoreError):
+    """The service keeps its blobs on its own disk: read through it (FeatureClient(direct_reads=False))."""
+
+
 class WindowClosedError(HsstoreError):
     """Extraction waits for a downtime window: open one, or submit a warm job."""
 
@@ -123,6 +127,7 @@ BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
     ErrorCode.AMBIGUOUS: AmbiguousError,
     ErrorCode.BACKEND_UNAVAILABLE: BackendUnavailableError,
     ErrorCode.WINDOW_CLOSED: WindowClosedError,
+    ErrorCode.DIRECT_READS_UNAVAILABLE: DirectReadsUnavailableError,
     ErrorCode.MODEL_UNAVAILABLE: ModelUnavailableError,
     ErrorCode.NOT_READY: NotReadyError,
     ErrorCode.CORRUPT_ENTRY: IntegrityError,

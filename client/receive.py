@@ -142,16 +142,29 @@ class ChunkDecoder:
             self._futures.append(_decoders().submit(array.decode, at, self.buffer[start : start + length]))
             self._next += 1
 
+    @classmethod
+    def of_data(
+        cls, header: chunk_wire.ChunkHeader, manifest: Manifest, data: memoryview, verify: Verify = "chunks"
+    ) -> ChunkDecoder:
+        """A decoder for a body's data alone (a direct read's chunks, fetched from the store into `data`), whose
+        header came separately and was checked against its manifest."""
+        decoder = cls(data, verify)
+        decoder._begin(header, manifest, 0)
+        return decoder
+
     def _read_header(self, filled: int) -> bool:
         size = chunk_wire.header_length(self.buffer[:filled])
         if size is None or filled < size:
             return False
-        self.header, self.manifest, self._start = chunk_wire.decode_header(self.buffer[:size])
-        for sent in self.header.arrays:
-            array = _Array(sent, self.manifest.tensors[sent.name].chunks)  # type: ignore[arg-type]
+        self._begin(*chunk_wire.decode_header(self.buffer[:size]))
+        return True
+
+    def _begin(self, header: chunk_wire.ChunkHeader, manifest: Manifest, start: int) -> None:
+        self.header, self.manifest, self._start = header, manifest, start
+        for sent in header.arrays:
+            array = _Array(sent, manifest.tensors[sent.name].chunks)  # type: ignore[arg-type]
             self._arrays.append(array)
             self._queue += [(array, at, offset, length) for at, offset, length, _ in sent.chunks]
-        return True
 
     def wait(self) -> None:
         """Until every decode started is over (the buffer may then be reused), whatever their outcome."""

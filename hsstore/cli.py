@@ -69,6 +69,50 @@ def serve(
 
 
 @app.command()
+def worker(
+    device: Annotated[str, typer.Option(help="the GPU this worker owns: cuda:0, cuda:1, … (or cpu)")] = "auto",
+    config: Annotated[Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="model directory (overrides settings)")] = None,
+) -> None:
+    """Run the warm-job queue on one GPU, with no HTTP server: start one per GPU, on any host that reaches the
+    catalog and the store. Items are claimed under a lease renewed by a heartbeat; a dead worker's items go to the
+    others once its lease runs out. Windows and the SGLang hand-over are this host's own settings."""
+    import signal
+    import socket
+    import threading
+
+    from service.main import build_services
+    from service.settings import Settings
+
+    overrides: dict[str, object] = {"device": device, "run_jobs": True}
+    if model_dir is not None:
+        overrides["model_dir"] = model_dir
+    settings = Settings.load(config, **overrides)
+    if settings.model_dir is None:
+        raise typer.BadParameter("a worker needs a model: --model-dir or HSSTORE_MODEL_DIR")
+    if settings.worker_name is None:
+        settings = settings.model_copy(update={"worker_name": f"{socket.gethostname()}:{device}"})
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    services = build_services(settings)
+    assert services.runner is not None and services.models is not None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    services.models.recover()  # a previous worker on this GPU may have died holding SGLang's GPU
+    services.runner.start()
+    typer.echo(
+        f"hsstore worker {settings.worker_name} on {device}: model {settings.model_dir}, lease {settings.lease_s:g} s"
+    )
+    try:
+        stop.wait()
+    finally:
+        services.runner.stop()
+        services.models.unload()
+        services.close()
+        typer.echo(f"hsstore worker {settings.worker_name} stopped; its unfinished items are free for the others")
+
+
+@app.command()
 def devmodel(
     out_dir: Path,
     multimodal: Annotated[bool, typer.Option(help="write the Qwen3_5ForConditionalGeneration layout")] = False,

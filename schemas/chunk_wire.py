@@ -160,3 +160,19 @@ def decode_header(view: memoryview) -> tuple[ChunkHeader, Manifest, int]:
 def chunk_ok(stored: memoryview) -> bool:
     """A stored chunk's frame against the crc32c that follows it."""
     return crc32c(stored[:-_CRC]) == int.from_bytes(stored[-_CRC:], "little")
+
+
+class DirectEntry(BaseModel):
+    """One entry for a client to read straight from the object store: the chunk header (manifest, part, and the
+    index as a chunk body would lay the chunks out), per array a presigned URL of its shard, and where in the shard
+    each chunk lies. The client fetches the chunks with ranged GETs into a body's data layout and decodes and
+    verifies them exactly as a chunk body."""
+
+    header: ChunkHeader
+    urls: dict[str, str]
+    shard_offsets: dict[str, list[int]]  # per array, where each chunk of the header's index lies in its shard
+    expires_at: str
+
+
+class DirectEntries(BaseModel):
+    entries: list[DirectEntry]

@@ -25,6 +25,7 @@ class ErrorCode(StrEnum):
     AMBIGUOUS = "ambiguous"
     BACKEND_UNAVAILABLE = "backend_unavailable"
     WINDOW_CLOSED = "window_closed"
+    DIRECT_READS_UNAVAILABLE = "direct_reads_unavailable"  # 409: the store is this host's disk, not an object store
     # the service cannot do it now (503)
     MODEL_UNAVAILABLE = "model_unavailable"
     NOT_READY = "not_ready"

@@ -49,6 +49,12 @@ class WindowClosed(HsstoreError):
     code = ErrorCode.WINDOW_CLOSED
 
 
+class DirectReadsUnavailable(HsstoreError):
+    """The blobs lie on this service's own disk: there is nothing a client could read directly."""
+
+    code = ErrorCode.DIRECT_READS_UNAVAILABLE
+
+
 class ModelUnavailable(HsstoreError):
     code = ErrorCode.MODEL_UNAVAILABLE
 

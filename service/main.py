@@ -4,6 +4,7 @@ factory makes one app per object graph, so tests build one per temporary store."
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -162,7 +163,7 @@ def build_services(
     writer = FeatureWriter(store, versions, gate, preparer, metrics, settings.writer_threads)
     verifier = Verifier(store, versions, kv)
     runner = None
-    if models is not None:
+    if models is not None and settings.run_jobs:
         sglang = SGLangClient(settings.sglang_url) if settings.sglang_url else None
         runner = JobRunner(
             writer,
@@ -174,6 +175,9 @@ def build_services(
             batch_size=settings.job_batch_size,
             keep_gpu_s=settings.window_keep_gpu_s,
             on_event=on_event,
+            # stable across restarts of this service (so a restart frees at once what a killed run held)
+            worker=settings.worker_name or f"{socket.gethostname()}:{settings.data_dir.resolve()}",
+            lease_s=settings.lease_s,
         )
     return Services(
         settings=settings,

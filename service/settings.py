@@ -45,6 +45,9 @@ class Settings(BaseSettings):
         "AWS_* variables) or file:///shared/path (a filesystem every host mounts)",
     )
     s3_endpoint: str | None = Field(default=None, description="S3 API endpoint (MinIO, Ceph RGW, R2 …); none = AWS")
+    direct_url_expires_s: float = Field(
+        default=900.0, gt=0, description="how long the presigned URLs of a direct read (features:locate) stay valid"
+    )
     catalog_url: str | None = Field(
         default=None, description="postgresql://user:pass@host/db for a shared catalog; none = SQLite under data_dir"
     )
@@ -111,6 +114,18 @@ class Settings(BaseSettings):
     )
     load_on_start: bool | None = Field(default=None, description="default: only when the GPU is ours (no hand-over)")
     job_batch_size: int = Field(default=8, ge=1)
+    run_jobs: bool = Field(
+        default=True,
+        description="run the warm-job queue in this process (a service with a model); false on API replicas of a "
+        "cluster whose `hsstore worker` processes run it",
+    )
+    lease_s: float = Field(
+        default=60.0, gt=0, description="how long a claimed job item stays leased without a heartbeat"
+    )
+    worker_name: str | None = Field(
+        default=None,
+        description="this process's name in job leases; default host:device (workers), host:data_dir (a service)",
+    )
     max_job_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="largest JSONL job upload")
 
     @classmethod
@@ -149,7 +164,9 @@ class Settings(BaseSettings):
 
     @property
     def preload(self) -> bool:
-        return self.load_on_start if self.load_on_start is not None else not self.windows_enforced
+        if self.load_on_start is not None:
+            return self.load_on_start
+        return self.run_jobs and not self.windows_enforced  # an API replica loads weights only when asked to extract
 
     @property
     def catalog_path(self) -> Path:

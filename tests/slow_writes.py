@@ -1,8 +1,8 @@
 """Fault injection for the crash tests, kept out of the production path: blobs that take a while to write.
 
 In a test process, `slow_writes(seconds)` (a context manager) makes the local store pause after writing the first
-array of every blob. `python -m tests.slow_writes serve` runs `hsstore serve` with the pause that
-HSSTORE_TEST_WRITE_PAUSE_S names, for tests that kill the server mid-write.
+array of every blob. `python -m tests.slow_writes serve` (or `worker`) runs that hsstore command with the pause that
+HSSTORE_TEST_WRITE_PAUSE_S names, in the local store and the object store alike, for tests that kill it mid-write.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from service.storage import zarr_local
+from service.storage import object_store, zarr_local
 
 PAUSE_ENV = "HSSTORE_TEST_WRITE_PAUSE_S"
 FIRST_ARRAY = "hidden_states"  # arrays are written in name order: this one comes first
@@ -39,8 +39,19 @@ def slow_writes(seconds: float) -> Iterator[None]:
         zarr_local.write_array = original
 
 
+def _pausing_encode(encode_array: Any, seconds: float) -> Any:
+    def encode(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if data.ndim < 3:  # the object store puts arrays as it encodes them: hidden_states (3-D, first) is out
+            time.sleep(seconds)
+        return encode_array(data, *args, **kwargs)
+
+    return encode
+
+
 if __name__ == "__main__":
     from hsstore.cli import app
 
-    zarr_local.write_array = _pausing(zarr_local.write_array, float(os.environ[PAUSE_ENV]))
+    pause = float(os.environ[PAUSE_ENV])
+    zarr_local.write_array = _pausing(zarr_local.write_array, pause)
+    object_store.encode_array = _pausing_encode(object_store.encode_array, pause)
     app()

@@ -25,6 +25,7 @@ STATUS: dict[type[errors.HsstoreError], int] = {
     errors.AmbiguousEntry: 409,
     errors.WindowClosed: 409,
     errors.BackendUnavailable: 409,
+    errors.DirectReadsUnavailable: 409,
     errors.ModelUnavailable: 503,
     errors.NotReady: 503,
     errors.Unauthorized: 401,

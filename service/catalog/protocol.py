@@ -71,9 +71,30 @@ class JobStore(Protocol):
 
     def pending_items(self, job_id: str, limit: int, needing_completion: bool = False) -> list[JobItem]: ...
 
+    def claim_items(
+        self, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None = None
+    ) -> list[JobItem]:
+        """Up to `limit` pending items of a job (of one `backend`, if given) that no live lease holds (never
+        leased, or its lease ran out: a dead worker's), now leased to `worker` for `lease_s` seconds of the
+        database's clock. Concurrent claims never take one item twice (Postgres: `FOR UPDATE SKIP LOCKED`; SQLite:
+        its write lock)."""
+
+    def renew_leases(self, worker: str, lease_s: float) -> int:
+        """The heartbeat: every pending item `worker` holds is leased for `lease_s` more seconds; how many."""
+
+    def release_leases(self, worker: str) -> None:
+        """A worker stopping cleanly hands back what it held, for the others to take at once."""
+
     def finish_item(
-        self, item: JobItem, state: ItemState, content_hash: str | None = None, error: str | None = None
-    ) -> None: ...
+        self,
+        item: JobItem,
+        state: ItemState,
+        content_hash: str | None = None,
+        error: str | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        """Record an item's outcome; with `worker`, only while that worker still holds its lease (a worker whose
+        lease ran out and was taken over records nothing). Whether it was recorded."""
 
     def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
         """A reference completion for sample `index` of a job, shared by all its backends."""

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from schemas.backend import Fingerprint
@@ -168,6 +169,50 @@ class JobStoreTests:
         else:
             raise AssertionError("a job with a duplicate item was accepted")
         assert jobs.get_job("broken") is None and jobs.pending_items("broken", 10) == []
+
+    def test_claims_lease_items_to_one_worker_at_a_time(self, jobs: JobStore) -> None:
+        items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(5)]
+        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        first = jobs.claim_items("j", "w1", 2, lease_s=60)
+        second = jobs.claim_items("j", "w2", 10, lease_s=60)
+        assert [i.index for i in first] == [0, 1] and [i.index for i in second] == [2, 3, 4]
+        assert jobs.claim_items("j", "w3", 10, lease_s=60) == []  # every item held
+        assert len(jobs.pending_items("j", 10)) == 5  # still pending: claimed is not done
+        assert jobs.renew_leases("w1", 60) == 2
+        assert jobs.finish_item(first[0], ItemState.DONE, "sha256:" + "0" * 64, worker="w2") is False  # not its lease
+        assert jobs.finish_item(first[0], ItemState.DONE, "sha256:" + "0" * 64, worker="w1") is True
+        jobs.release_leases("w2")
+        assert [i.index for i in jobs.claim_items("j", "w3", 10, lease_s=60)] == [2, 3, 4]
+
+    def test_an_expired_lease_is_taken_over_and_its_holder_records_nothing(self, jobs: JobStore) -> None:
+        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)])
+        (held,) = jobs.claim_items("j", "dead", 10, lease_s=0.2)
+        time.sleep(0.3)  # the lease ran out on the database's clock
+        (taken,) = jobs.claim_items("j", "alive", 10, lease_s=60)
+        assert taken.index == held.index
+        assert jobs.finish_item(held, ItemState.DONE, "sha256:" + "1" * 64, worker="dead") is False
+        assert jobs.renew_leases("dead", 60) == 0
+        assert jobs.finish_item(taken, ItemState.DONE, "sha256:" + "1" * 64, worker="alive") is True
+        assert jobs.job_counts("j") == {"done": 1, "completions_fetched": 0}
+
+    def test_concurrent_claims_never_take_one_item_twice(self, jobs: JobStore) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        jobs.create_job(
+            _job("j", 0, "2026-11-30T01:00:00Z"),
+            [NewItem(i, "torch", {"text": str(i)}, f"{i:064d}", None) for i in range(60)],
+        )
+
+        def drain(worker: str) -> list[int]:
+            taken = []
+            while batch := jobs.claim_items("j", worker, 3, lease_s=60):
+                taken += [i.index for i in batch]
+            return taken
+
+        with ThreadPoolExecutor(4) as pool:
+            claimed = list(pool.map(drain, ["a", "b", "c", "d"]))
+        every = [index for taken in claimed for index in taken]
+        assert sorted(every) == list(range(60))  # each item exactly once
 
 
 class KeyValueTests:

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from schemas import chunk_wire, wire
 from schemas.api import EntriesPage
@@ -17,9 +18,10 @@ from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import HIDDEN_STATES, Manifest
 from schemas.states import Integrity
 from schemas.tensors import RawTensor, TensorLayout
+from schemas.timestamps import stamp
 from schemas.tokens import TokenRange
 from service.catalog.protocol import VersionCatalog
-from service.errors import AmbiguousEntry, CorruptEntry, EntryNotFound, InvalidRequest
+from service.errors import AmbiguousEntry, CorruptEntry, DirectReadsUnavailable, EntryNotFound, InvalidRequest
 from service.storage.protocol import BlobStore, Selection
 
 log = logging.getLogger("hsstore.reader")
@@ -60,7 +62,8 @@ class ChunkBody:
     """A part of an entry as the chunk wire format sends it: the header, then each array's stored chunks."""
 
     part: Part
-    header: bytes
+    header: chunk_wire.ChunkHeader
+    encoded: bytes  # the header as sent
     arrays: list[tuple[str, list[tuple[int, int, int]]]]  # per array, its chunks as the store located them
     length: int
 
@@ -184,14 +187,39 @@ class FeatureReader:
             data_bytes=offset,
         )
         encoded = chunk_wire.encode_header(header)
-        return ChunkBody(part, encoded, [(n, w.chunks) for n, w in sorted(located.items())], len(encoded) + offset)
+        arrays_located = [(n, w.chunks) for n, w in sorted(located.items())]
+        return ChunkBody(part, header, encoded, arrays_located, len(encoded) + offset)
+
+    def direct(
+        self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None, expires_s: float
+    ) -> chunk_wire.DirectEntry:
+        """What a client needs to read a part straight from the object store: the chunk header, each array's
+        presigned shard URL and where in the shard each chunk lies."""
+        body = self.chunk_body(manifest, layers, tokens)
+        if body is None:
+            raise DirectReadsUnavailable(
+                f"entry {manifest.content_hash} was written before chunk digests were recorded: read it through "
+                "the service"
+            )
+        urls = {}
+        for name, _ in body.arrays:
+            url = self.store.direct_url(manifest.content_hash, name, len(manifest.tensors[name].shape), expires_s)
+            if url is None:
+                raise DirectReadsUnavailable(
+                    "this service keeps its blobs where clients cannot read them (its own disk, or a store that "
+                    "cannot sign URLs): read through the service"
+                )
+            urls[name] = url
+        offsets = {name: [offset for _, offset, _ in chunks] for name, chunks in body.arrays}
+        expires = stamp(datetime.now(UTC) + timedelta(seconds=expires_s))
+        return chunk_wire.DirectEntry(header=body.header, urls=urls, shard_offsets=offsets, expires_at=expires)
 
     def chunk_pieces(self, manifest: Manifest, body: ChunkBody) -> Iterator[bytes]:
         """The bytes of a chunk body, in pieces, as the store holds them. Every array is opened here, before the
         first byte is sent, so a missing blob is still an error response."""
         with _damage(manifest):
             arrays = [self.store.read_located(manifest.content_hash, name, chunks) for name, chunks in body.arrays]
-        return itertools.chain([body.header], *arrays)
+        return itertools.chain([body.encoded], *arrays)
 
     def token_ids(self, manifest: Manifest) -> list[int]:
         """The entry's input ids alone (no hidden states read)."""

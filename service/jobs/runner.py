@@ -7,6 +7,8 @@ a growing pause, never in a loop that stalls the jobs."""
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +48,12 @@ class JobRunner:
         poll_s: float = 0.25,
         keep_gpu_s: float = 0.0,
         on_event: Callable[[str], None] | None = None,
+        worker: str | None = None,
+        lease_s: float = 60.0,
     ) -> None:
+        """`worker`: this runner's name in the job store's leases, stable across restarts of the same process slot
+        (a restart hands back at once what its previous run held); `lease_s`: how long a claim lasts without a
+        heartbeat (renewed every third of it), so a dead worker's items are taken over that long after it died."""
         self.writer = writer
         self.jobs = jobs
         self.models = models
@@ -63,16 +70,31 @@ class JobRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._host_failures: dict[str, int] = {}
+        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+        self.lease_s = lease_s
+        self._heartbeat: threading.Thread | None = None
 
     def start(self) -> None:
         self._requeue_running()  # a job a previous process was running waits for a window like any other
+        self.jobs.release_leases(self.worker)  # what this slot's previous run held, if it died holding any
         self._thread = threading.Thread(target=self._loop, name="hsstore-jobs", daemon=True)
         self._thread.start()
+        self._heartbeat = threading.Thread(target=self._renew, name="hsstore-leases", daemon=True)
+        self._heartbeat.start()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
+        for thread in (self._thread, self._heartbeat):
+            if thread is not None:
+                thread.join(timeout=60)
+        self.jobs.release_leases(self.worker)  # the others take at once what is left
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                self.jobs.renew_leases(self.worker, self.lease_s)
+            except Exception:
+                log.exception("renewing leases failed")
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -91,11 +113,12 @@ class JobRunner:
         if not jobs:
             self._give_back(usable)
             return self._prefetch_completions() if not self.models.loaded else False
-        job = jobs[0]
-        if not self.models.loaded and self._prefetch_completions(job):
-            return True  # SGLang is still up: take its reference completions before asking it for the GPU
-        self._run_batch(job)
-        return True
+        for job in jobs:
+            if not self.models.loaded and self._prefetch_completions(job):
+                return True  # SGLang is still up: take its reference completions before asking it for the GPU
+            if self._run_batch(job):
+                return True
+        return False  # what is left is leased to other workers
 
     def _give_back(self, usable: bool) -> None:
         """Nothing to run: the GPU goes back to SGLang now (at a batch boundary), or after `keep_gpu_s` in an open
@@ -115,13 +138,20 @@ class JobRunner:
             if job.state == JobState.RUNNING and not job.run_now:
                 self.jobs.set_job_state(job.id, JobState.QUEUED)
 
-    def _run_batch(self, job: JobRecord) -> None:
-        items = self.jobs.pending_items(job.id, self.batch_size)
+    def _run_batch(self, job: JobRecord) -> bool:
+        """Claim a batch of the job's items (one backend) and run it; False if every item left is leased to
+        another worker."""
+        items: list[JobItem] = []
+        for backend in job.backends:
+            items = self.jobs.claim_items(job.id, self.worker, self.batch_size, self.lease_s, backend)
+            if items:
+                break
         if not items:
-            self._finish(job)
-            return
+            if not self.jobs.pending_items(job.id, 1):
+                self._finish(job)
+                return True
+            return False
         backend = items[0].backend
-        items = [item for item in items if item.backend == backend]
         if job.state == JobState.QUEUED:
             self.jobs.set_job_state(job.id, JobState.RUNNING, started_at=utc_now())
         featureset = FeatureSet.model_validate(job.featureset)
@@ -130,19 +160,24 @@ class JobRunner:
             outcomes = self._extract(items, featureset, backend)
         except Exception as exc:  # not a sample's fault (those are outcomes): the model or the hand-over
             log.exception("extraction failed")
+            self.jobs.release_leases(self.worker)
             self._host_failure(job, exc)
-            return
+            return True
         self._host_failures.pop(job.id, None)
         tokens = 0
         for item, outcome in outcomes:
             if isinstance(outcome, str):
-                self.jobs.finish_item(item, ItemState.FAILED, error=outcome)
+                recorded = self.jobs.finish_item(item, ItemState.FAILED, error=outcome, worker=self.worker)
             else:
-                self.jobs.finish_item(item, ItemState.DONE, content_hash=outcome.manifest.content_hash)
-                tokens += outcome.manifest.num_tokens if outcome.status != ExtractStatus.EXISTING else 0
+                digest = outcome.manifest.content_hash
+                recorded = self.jobs.finish_item(item, ItemState.DONE, content_hash=digest, worker=self.worker)
+                tokens += outcome.manifest.num_tokens if recorded and outcome.status != ExtractStatus.EXISTING else 0
+            if not recorded:  # our lease ran out and another worker took the item: its outcome is the same entry
+                log.warning("lost the lease on item %s/%s of job %s", item.index, item.backend, job.id)
         self.jobs.add_job_work(job.id, tokens, time.monotonic() - started)
         if not self.jobs.pending_items(job.id, 1):
             self._finish(job)
+        return True
 
     def _extract(self, items: list[JobItem], featureset: FeatureSet, backend: str) -> list[tuple[JobItem, object]]:
         def run(batch: list[JobItem]) -> list:

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import numpy as np
@@ -212,6 +213,15 @@ class ObjectZarrStore:
         direct reads let clients fetch them from the bucket themselves instead."""
         spans = [(start, stop - start) for start, stop in runs(chunks)]
         return iter(ObjectArray(self.store, f"{self._prefix(content_hash)}/{name}").read_many(spans))
+
+    def direct_url(self, content_hash: str, name: str, ndim: int, expires_s: float) -> str | None:
+        """A presigned GET of the shard (S3 and compatible stores); None for a store that cannot sign (a shared
+        filesystem)."""
+        path = f"{self._prefix(content_hash)}/{name}/{shard_key(ndim)}"
+        try:
+            return str(obstore.sign(self.store, "GET", path, timedelta(seconds=expires_s)))
+        except (ValueError, TypeError, BaseError):  # obstore refuses to sign for stores that cannot
+            return None
 
     def exists(self, content_hash: str) -> bool:
         try:

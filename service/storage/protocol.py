@@ -76,6 +76,10 @@ class BlobStore(Protocol):
         """The stored bytes of `chunks` (as `locate` gave them) of one array, in order, in pieces of any size (a
         bytes-like object each); nothing is decoded or checked here: the reader checks every chunk."""
 
+    def direct_url(self, content_hash: str, name: str, ndim: int, expires_s: float) -> str | None:
+        """A URL a client may GET (with Range) the array's shard from for `expires_s` seconds, without credentials
+        of its own; None where the store has none to give (a local disk)."""
+
     def exists(self, content_hash: str) -> bool: ...
 
     def delete(self, content_hash: str) -> bool: ...

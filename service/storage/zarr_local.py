@@ -201,6 +201,9 @@ class LocalZarrStore:
             raise ValueError(f"{name}: the shard is shorter than its index says")
         return (view[at : min(stop, at + _PIECE)] for start, stop in runs(chunks) for at in range(start, stop, _PIECE))
 
+    def direct_url(self, content_hash: str, name: str, ndim: int, expires_s: float) -> str | None:
+        return None  # this host's disk: only the service reads it
+
     def exists(self, content_hash: str) -> bool:
         return self._path(content_hash).is_dir()
 

@@ -147,3 +147,23 @@ def batch_features(
                 yield piece
 
     return stream(frames(), FRAMES, {})
+
+
+@router.post(
+    "/v1/features:locate",
+    dependencies=[ReadScope],
+    response_model=chunk_wire.DirectEntries,
+    summary="Where to read entries straight from the object store: chunk index, manifest, presigned shard URLs",
+    responses=errors(401, 403, 404, 409, 413, 422),
+)
+def locate_features(request: BatchRequest, reader: ReaderDep, settings: SettingsDep) -> chunk_wire.DirectEntries:
+    """For clients that read the chunks themselves (ranged GETs on the URLs, in parallel), verifying each against
+    its write-time digest as they decode: the service then spends nothing per byte. 409 where the blobs are on
+    the service's own disk."""
+    if len(request.keys) > settings.max_batch_keys:
+        raise TooLarge(f"{len(request.keys)} keys in one request; this service takes at most {settings.max_batch_keys}")
+    entries = []
+    for item in request.keys:
+        manifest = reader.resolve(item.key)
+        entries.append(reader.direct(manifest, item.layers, item.token_range(), settings.direct_url_expires_s))
+    return chunk_wire.DirectEntries(entries=entries)

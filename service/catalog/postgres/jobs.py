@@ -42,8 +42,10 @@ CREATE TABLE job_items (
     PRIMARY KEY (job_id, idx, backend)
 );
 CREATE INDEX job_items_pending ON job_items (job_id, state)
-"""
+""",
+    "ALTER TABLE job_items ADD COLUMN lease_owner TEXT; ALTER TABLE job_items ADD COLUMN lease_until DOUBLE PRECISION",
 ]
+_NOW = "EXTRACT(EPOCH FROM clock_timestamp())"  # the database's clock: every host's workers agree on it
 _JOB_COLUMNS = (
     "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, finished_at, tokens, "
     "busy_s, error"
@@ -172,15 +174,57 @@ class PostgresJobStore:
             ).fetchall()
         return [item_from_row(r) for r in rows]
 
-    def finish_item(
-        self, item: JobItem, state: ItemState, content_hash: str | None = None, error: str | None = None
-    ) -> None:
+    def claim_items(
+        self, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None = None
+    ) -> list[JobItem]:
+        with self.db.writing() as conn:
+            rows = conn.execute(
+                f"""
+                UPDATE job_items SET lease_owner = %s, lease_until = {_NOW} + %s
+                WHERE (job_id, idx, backend) IN (
+                    SELECT job_id, idx, backend FROM job_items
+                    WHERE job_id = %s AND state = %s AND (lease_until IS NULL OR lease_until < {_NOW})
+                        AND (%s::text IS NULL OR backend = %s::text)
+                    ORDER BY backend, idx LIMIT %s
+                    FOR UPDATE SKIP LOCKED
+                )
+                RETURNING {_ITEM_COLUMNS}
+                """,
+                (worker, lease_s, job_id, ItemState.PENDING, backend, backend, limit),
+            ).fetchall()
+        return sorted((item_from_row(r) for r in rows), key=lambda i: (i.backend, i.index))
+
+    def renew_leases(self, worker: str, lease_s: float) -> int:
+        with self.db.writing() as conn:
+            return conn.execute(
+                f"UPDATE job_items SET lease_until = {_NOW} + %s WHERE lease_owner = %s AND state = %s",
+                (lease_s, worker, ItemState.PENDING),
+            ).rowcount
+
+    def release_leases(self, worker: str) -> None:
         with self.db.writing() as conn:
             conn.execute(
-                "UPDATE job_items SET state = %s, content_hash = %s, error = %s"
-                " WHERE job_id = %s AND idx = %s AND backend = %s",
-                (state, content_hash, error, item.job_id, item.index, item.backend),
+                "UPDATE job_items SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = %s AND state = %s",
+                (worker, ItemState.PENDING),
             )
+
+    def finish_item(
+        self,
+        item: JobItem,
+        state: ItemState,
+        content_hash: str | None = None,
+        error: str | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        holder = "" if worker is None else f" AND lease_owner = %s AND lease_until >= {_NOW}"
+        with self.db.writing() as conn:
+            cursor = conn.execute(
+                "UPDATE job_items SET state = %s, content_hash = %s, error = %s, lease_owner = NULL,"
+                f" lease_until = NULL WHERE job_id = %s AND idx = %s AND backend = %s{holder}",
+                (state, content_hash, error, item.job_id, item.index, item.backend)
+                + ((worker,) if worker is not None else ()),
+            )
+            return cursor.rowcount == 1
 
     def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
         with self.db.writing() as conn:

@@ -43,10 +43,15 @@ CREATE INDEX IF NOT EXISTS job_items_pending ON job_items (job_id, state);
 """
 
 
+_LEASES = "ALTER TABLE job_items ADD COLUMN lease_owner TEXT; ALTER TABLE job_items ADD COLUMN lease_until REAL"
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # the database's clock, in epoch seconds
+MIGRATIONS = [_SCHEMA, _LEASES]
+
+
 class SqliteJobStore:
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
-        db.migrate("jobs", [_SCHEMA])
+        db.migrate("jobs", MIGRATIONS)
 
     _JOB_COLUMNS = (
         "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, "
@@ -174,14 +179,55 @@ class SqliteJobStore:
             ).fetchall()
         return [item_from_row(r) for r in rows]
 
-    def finish_item(
-        self, item: JobItem, state: ItemState, content_hash: str | None = None, error: str | None = None
-    ) -> None:
+    def claim_items(
+        self, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None = None
+    ) -> list[JobItem]:
+        with self.db.transaction() as conn:  # BEGIN: SQLite's one writer at a time makes the claim atomic
+            rows = conn.execute(
+                f"SELECT {self._ITEM_COLUMNS} FROM job_items WHERE job_id = ? AND state = '{ItemState.PENDING}'"
+                f" AND (lease_until IS NULL OR lease_until < {_NOW}) AND (? IS NULL OR backend = ?)"
+                " ORDER BY backend, idx LIMIT ?",
+                (job_id, backend, backend, limit),
+            ).fetchall()
+            conn.executemany(
+                f"UPDATE job_items SET lease_owner = ?, lease_until = {_NOW} + ? WHERE job_id = ? AND idx = ?"
+                " AND backend = ?",
+                [(worker, lease_s, job_id, row[1], row[2]) for row in rows],
+            )
+        return [item_from_row(r) for r in rows]
+
+    def renew_leases(self, worker: str, lease_s: float) -> int:
+        with self.db.writing() as conn:
+            return conn.execute(
+                f"UPDATE job_items SET lease_until = {_NOW} + ? WHERE lease_owner = ? AND state = ?",
+                (lease_s, worker, ItemState.PENDING),
+            ).rowcount
+
+    def release_leases(self, worker: str) -> None:
         with self.db.writing() as conn:
             conn.execute(
-                "UPDATE job_items SET state = ?, content_hash = ?, error = ?"
-                " WHERE job_id = ? AND idx = ? AND backend = ?",
-                (state, content_hash, error, item.job_id, item.index, item.backend),
+                "UPDATE job_items SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = ?",
+                (worker, ItemState.PENDING),
+            )
+
+    def finish_item(
+        self,
+        item: JobItem,
+        state: ItemState,
+        content_hash: str | None = None,
+        error: str | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        holder = "" if worker is None else f" AND lease_owner = ? AND lease_until >= {_NOW}"
+        with self.db.writing() as conn:
+            return (
+                conn.execute(
+                    "UPDATE job_items SET state = ?, content_hash = ?, error = ?, lease_owner = NULL,"
+                    f" lease_until = NULL WHERE job_id = ? AND idx = ? AND backend = ?{holder}",
+                    (state, content_hash, error, item.job_id, item.index, item.backend)
+                    + ((worker,) if worker is not None else ()),
+                ).rowcount
+                == 1
             )
 
     def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:

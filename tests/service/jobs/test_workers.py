@@ -1,0 +1,130 @@
+"""One worker per GPU on one queue (here two CPU workers, one Postgres catalog, one S3-API bucket): items are claimed
+under leases, a worker killed mid-item has its item taken over once its lease runs out, and every sample is stored
+exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from client import FeatureClient
+from tests.conftest import REPO, ServerProcess, wait_for
+from tests.s3_server import Bucket
+from tests.slow_writes import PAUSE_ENV
+
+LEASE_S = 3.0
+
+
+class Worker:
+    def __init__(self, env: dict[str, str], name: str, pause_s: float = 0.0) -> None:
+        self.name = name
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the object
+        module = "tests.slow_writes" if pause_s else "hsstore.cli"
+        extra = {PAUSE_ENV: str(pause_s)} if pause_s else {}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, "worker", "--device", "cpu"],
+            env={**os.environ, **env, **extra, "HSSTORE_WORKER_NAME": name},
+            cwd=REPO,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read().decode()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture
+def workers() -> Iterator[Callable[..., Worker]]:
+    started: list[Worker] = []
+
+    def start(env: dict[str, str], name: str, pause_s: float = 0.0) -> Worker:
+        started.append(Worker(env, name, pause_s))
+        return started[-1]
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def _leases(postgres_url: str) -> dict[str, str | None]:
+    with psycopg.connect(postgres_url) as conn:
+        rows = conn.execute("SELECT idx || '/' || backend, lease_owner FROM job_items WHERE state = 'pending'")
+        return dict(rows.fetchall())
+
+
+def _half_written(bucket: Bucket) -> bool:
+    """Some blob has arrays in the bucket but not the group object that publishes it."""
+    import obstore
+
+    paths = [m["path"] for batch in obstore.list(bucket.obstore(), prefix="blobs/") for m in batch]
+    blobs = {"/".join(p.split("/")[:3]) for p in paths}
+    return any(f"{blob}/zarr.json" not in paths for blob in blobs)
+
+
+def test_a_worker_killed_mid_item_loses_it_to_the_other_and_every_sample_is_stored_once(
+    server_process: Callable[..., ServerProcess],
+    workers: Callable[..., Worker],
+    bucket: Bucket,
+    postgres_url: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+) -> None:
+    shared = {
+        **bucket.env(),
+        "HSSTORE_CATALOG_URL": postgres_url,
+        "HSSTORE_MODEL_DIR": str(tiny_model_dir),
+        "HSSTORE_DEVICE": "cpu",
+        "HSSTORE_LEASE_S": str(LEASE_S),
+        "HSSTORE_JOB_BATCH_SIZE": "1",
+    }
+    # the API replica takes jobs and serves; it runs none (its host's GPU, if any, is the workers')
+    api = server_process({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "api"), "HSSTORE_RUN_JOBS": "false"}).start()
+    samples = [{"id": f"w{i}", "text": f"def worker_{i}(x): return x + {i}\n" * (3 + i)} for i in range(6)]
+    with FeatureClient(api.url) as client:
+        job = client.submit_job(samples, backends=["torch"], layers=["embed", 2])
+        time.sleep(1.0)
+        assert client.job(job.id).done == 0  # nobody runs it yet: the API replica runs no jobs
+
+        doomed = workers({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "w1")}, "host-a:cuda:0", pause_s=60)
+        wait_for(lambda: "host-a:cuda:0" in _leases(postgres_url).values(), 120, "the first worker to claim an item")
+        (held,) = [item for item, owner in _leases(postgres_url).items() if owner == "host-a:cuda:0"]
+        wait_for(lambda: _half_written(bucket), 60, "the first worker to be inside a blob's write")
+        doomed.proc.send_signal(signal.SIGKILL)
+        doomed.proc.wait(timeout=30)
+
+        survivor = workers({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "w2")}, "host-b:cuda:1")
+        wait_for(lambda: client.job(job.id).state == "done", 180, "the job to finish on the surviving worker")
+        status = client.job(job.id)
+        assert (status.done, status.failed, status.pending) == (len(samples), 0, 0)
+
+        # every sample stored exactly once: one version per sample, one blob per version, all of them readable
+        entries = list(client.entries())
+        assert sorted(m.prompt_hash for m in entries) == sorted({m.prompt_hash for m in entries})
+        assert len(entries) == len(samples)
+        for manifest in entries:
+            assert client.fetch(manifest.feature_key()).content_hash == manifest.content_hash
+    with psycopg.connect(postgres_url) as conn:
+        owners = dict(conn.execute("SELECT idx || '/' || backend, content_hash FROM job_items").fetchall())
+    assert owners[held] is not None  # the killed worker's item was done, by the survivor
+    assert not _half_written(bucket)  # its half-written blob was completed by the survivor's write of the same bits
+    assert "stopped" not in doomed.output()  # it died, it did not stop cleanly
+    survivor.stop()
+    assert "stopped; its unfinished items are free" in survivor.output()
