@@ -45,14 +45,19 @@ def read_direct(entry: DirectEntry, objects: httpx.Client, pool: ThreadPoolExecu
     view = memoryview(buffer)
 
     def fetch(run: tuple[str, int, int, int]) -> None:
+        """One ranged GET, streamed into its place in the buffer (no joined copy of the response)."""
         url, shard_at, body_at, length = run
-        response = objects.get(url, headers={"Range": f"bytes={shard_at}-{shard_at + length - 1}"})
-        if response.status_code != 206 or len(response.content) != length:
-            raise IntegrityError(
-                f"the object store answered a ranged GET with HTTP {response.status_code} and "
-                f"{len(response.content)} of {length} bytes"
-            )
-        view[body_at : body_at + length] = response.content
+        filled = body_at
+        with objects.stream("GET", url, headers={"Range": f"bytes={shard_at}-{shard_at + length - 1}"}) as response:
+            if response.status_code != 206:
+                raise IntegrityError(f"the object store answered a ranged GET with HTTP {response.status_code}")
+            for piece in response.iter_raw():
+                if filled + len(piece) > body_at + length:
+                    raise IntegrityError(f"the object store sent more than the {length} bytes asked for")
+                view[filled : filled + len(piece)] = piece
+                filled += len(piece)
+        if filled != body_at + length:
+            raise IntegrityError(f"the object store sent {filled - body_at} of {length} bytes")
 
     list(pool.map(fetch, _runs(entry)))
     decoder = ChunkDecoder.of_data(header, manifest, view, verify)
