@@ -26,7 +26,7 @@ from service.catalog import (
     SqliteVersionCatalog,
     VersionCatalog,
 )
-from service.catalog.postgres import PostgresDatabase, PostgresJobStore, PostgresKeyValue, PostgresVersionCatalog
+from service.catalog.protocol import Database
 from service.core.auditor import Auditor
 from service.core.gate import ExtractionGate
 from service.core.prepare import RequestPreparer
@@ -49,8 +49,6 @@ from service.settings import Settings
 from service.storage.object_store import ObjectZarrStore, open_url
 from service.storage.protocol import BlobStore
 from service.storage.zarr_local import LocalZarrStore
-
-Database = SqliteDatabase | PostgresDatabase
 
 log = logging.getLogger("hsstore")
 
@@ -84,7 +82,7 @@ def build_models(
         revision = cached_model_revision(settings.model_dir, settings.data_dir / "model_revisions.json")
         spec = load_spec(settings.model_dir, revision, settings.device)
     if loaded is None and settings.preload:
-        loaded = load_weights(spec, settings.attn_implementation)
+        loaded = load_weights(spec, settings.attn_implementation, settings.device)
     return ModelManager(
         spec,
         lambda model: Extractor(
@@ -96,6 +94,7 @@ def build_models(
         make_handover(settings),
         HandoverLedger(settings.data_dir / "handover.json"),
         attn_implementation=settings.attn_implementation,
+        devices=settings.device,
         idle_unload_s=settings.idle_unload_s,
         memory_wait_s=settings.memory_wait_s,
         preloaded=loaded if (settings.preload or loaded is not None) else None,
@@ -142,6 +141,9 @@ def build_catalog(settings: Settings, read_only: bool) -> tuple[Database, Versio
     if settings.catalog_url is None:
         sqlite = SqliteDatabase(settings.catalog_path, read_only=read_only)
         return sqlite, SqliteVersionCatalog(sqlite), SqliteJobStore(sqlite), SqliteKeyValue(sqlite)
+    # imported here: psycopg needs libpq, which a host on SQLite (a GPU box, a laptop) need not have
+    from service.catalog.postgres import PostgresDatabase, PostgresJobStore, PostgresKeyValue, PostgresVersionCatalog
+
     postgres = PostgresDatabase(settings.catalog_url, read_only=read_only)
     return postgres, PostgresVersionCatalog(postgres), PostgresJobStore(postgres), PostgresKeyValue(postgres)
 

@@ -57,7 +57,11 @@ class Settings(BaseSettings):
         description="serve the store without writing to it (catalog opened read-only); default: when there is no "
         "model and the data directory is not writable (a read-only volume)",
     )
-    device: str = Field(default="auto", description="'auto' (cuda if present), 'cpu', 'cuda', 'cuda:1', ...")
+    device: str = Field(
+        default="auto",
+        description="'auto' (cuda if present), 'cpu', 'cuda', 'cuda:1', ...; 'cuda:0,cuda:1' spreads a model too "
+        "big for one GPU over both",
+    )
     attn_implementation: str = "sdpa"
     default_backend: str = Field(default="auto", description="backend used when a request names none")
 

@@ -110,3 +110,13 @@ class KeyValue(Protocol):
     def kv_get(self, name: str) -> str | None: ...
 
     def kv_set(self, name: str, value: str | None) -> None: ...
+
+
+class Database(Protocol):
+    """The one database an engine's parts share: what the composition root opens and closes."""
+
+    read_only: bool
+
+    def ping(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -120,6 +120,7 @@ class Extractor:
             kernels=self.loaded.kernels.plan(backend),
             batching=describe(batch_tokens),
             elementwise=FUSED if fused else EAGER,
+            device_map=self.loaded.device_map,
         )
 
     def extract(self, encoded: EncodedPrompt, featureset: FeatureSet, backend: Backend, label: str) -> Extraction:

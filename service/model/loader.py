@@ -22,6 +22,7 @@ from schemas.samples import ParsedSample
 from service.errors import ModelUnavailable
 from service.model.encode import EncodedPrompt, encode
 from service.model.kernels import KernelSet
+from service.model.placement import devices_of, spread_layers
 
 
 @dataclass
@@ -74,8 +75,9 @@ class LoadedModel:
     model: Any  # a transformers causal LM
     tokenizer: Any
     revision: str
-    device: torch.device
+    device: torch.device  # where inputs go: the first device of a spread model
     kernels: KernelSet
+    device_map: str = "single device"  # as fingerprints record it (service/model/placement.py)
 
     @property
     def config(self) -> Any:
@@ -106,9 +108,8 @@ class LoadedModel:
 
 
 def pick_device(setting: str) -> torch.device:
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(setting)
+    """The device inputs go to (the first of `cuda:0,cuda:1`)."""
+    return devices_of(setting)[0]
 
 
 def load_spec(model_dir: Path, revision: str, device: str = "auto") -> ModelSpec:
@@ -131,9 +132,12 @@ def load_spec(model_dir: Path, revision: str, device: str = "auto") -> ModelSpec
     )
 
 
-def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa") -> LoadedModel:
+def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa", devices: str | None = None) -> LoadedModel:
+    """Onto the spec's device; with `devices` naming several (`cuda:0,cuda:1`), loaded on the CPU and spread."""
+    spread = devices_of(devices) if devices and "," in devices else None
     # Straight onto an accelerator (needs accelerate there); on the CPU no device map is needed.
-    placement: dict[str, Any] = {} if spec.device.type == "cpu" else {"device_map": {"": spec.device}}
+    on_cpu = spec.device.type == "cpu" or spread is not None
+    placement: dict[str, Any] = {} if on_cpu else {"device_map": {"": spec.device}}
     model = AutoModelForCausalLM.from_pretrained(
         spec.path,
         dtype=torch.bfloat16,
@@ -143,4 +147,6 @@ def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa") -> LoadedMo
     )
     model.eval()
     model.requires_grad_(False)
-    return LoadedModel(spec.path, model, spec.tokenizer, spec.revision, spec.device, KernelSet.for_model(model))
+    device_map = spread_layers(model, spread) if spread is not None else "single device"
+    kernels = KernelSet.for_model(model)
+    return LoadedModel(spec.path, model, spec.tokenizer, spec.revision, spec.device, kernels, device_map)

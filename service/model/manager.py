@@ -35,6 +35,7 @@ class ModelManager(Generic[E]):
         ledger: HandoverLedger,
         *,
         attn_implementation: str = "sdpa",
+        devices: str | None = None,
         idle_unload_s: float | None = None,
         memory_wait_s: float = 300.0,
         preloaded: LoadedModel | None = None,
@@ -45,6 +46,7 @@ class ModelManager(Generic[E]):
         self.handover = handover
         self.ledger = ledger
         self.attn_implementation = attn_implementation
+        self.devices = devices  # `cuda:0,cuda:1`: the model spread over both (service/model/placement.py)
         self.idle_unload_s = idle_unload_s
         self.memory_wait_s = memory_wait_s
         self.on_event = on_event
@@ -99,7 +101,7 @@ class ModelManager(Generic[E]):
             self.handover.release()
         try:
             self._wait_for_memory()
-            self._extractor = self.make_extractor(load_weights(self.spec, self.attn_implementation))
+            self._extractor = self.make_extractor(load_weights(self.spec, self.attn_implementation, self.devices))
         except Exception as exc:
             self._give_back()
             raise ModelUnavailable(f"could not load {self.spec.path}: {exc}") from exc
