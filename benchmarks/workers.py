@@ -92,7 +92,13 @@ def worker(device: str, data_dir: Path, ready: Path, layers: int, backend: str) 
 
     loaded = build_synthetic(device, num_layers=layers)
     settings = Settings(
-        data_dir=data_dir, device=device, writer_threads=4, batch_tokens=0, worker_name=f"bench:{device}", lease_s=120
+        data_dir=data_dir,
+        device=device,
+        writer_threads=4,
+        batch_tokens=0,
+        job_batch_size=16,
+        worker_name=f"bench:{device}",
+        lease_s=120,
     )
     warm_dir = Path(tempfile.mkdtemp(prefix="hsstore-warm-"))
     warm = build_services(settings.model_copy(update={"data_dir": warm_dir, "run_jobs": False}), loaded)
@@ -115,8 +121,9 @@ def worker(device: str, data_dir: Path, ready: Path, layers: int, backend: str) 
 def start_worker(
     device: str, data_dir: Path, log_dir: Path, layers: int, backend: str
 ) -> tuple[subprocess.Popen, Path]:
-    ready = log_dir / f"ready-{device}-{len(list(log_dir.glob('ready-*')))}"
-    log = (log_dir / f"worker-{device}-{len(list(log_dir.glob('worker-*')))}.log").open("w")
+    label = device.replace(":", "")
+    ready = log_dir / f"ready-{label}-{len(list(log_dir.glob('ready-*')))}"
+    log = (log_dir / f"worker-{label}-{len(list(log_dir.glob('worker-*')))}.log").open("w")
     command = [sys.executable, __file__, "--worker", device, "--data-dir", str(data_dir), "--ready", str(ready)]
     process = subprocess.Popen(
         [*command, "--layers", str(layers), "--backend", backend],
@@ -130,7 +137,9 @@ def wait_ready(ready: Path, process: subprocess.Popen, timeout: float = 400) -> 
     start = time.monotonic()
     while not ready.exists():
         if process.poll() is not None or time.monotonic() - start > timeout:
-            raise SystemExit(f"worker did not come up ({ready.name})")
+            logs = sorted(ready.parent.glob("worker-*.log"))
+            tail = logs[-1].read_text()[-3000:] if logs else ""
+            raise SystemExit(f"worker did not come up ({ready.name}):\n{tail}")
         time.sleep(0.2)
 
 

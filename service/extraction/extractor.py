@@ -137,7 +137,7 @@ class Extractor:
     ) -> Iterator[tuple[int, PendingExtraction]]:
         """Yield (index into `items`, pending extraction) as batches finish, longest sequences first."""
         loaded = self.loaded
-        with self._lock, torch.inference_mode(), loaded.kernels.running(backend) as run:
+        with self._lock, self._on_device(), torch.inference_mode(), loaded.kernels.running(backend) as run:
             budget = self._batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
             fused = self._fusion(backend)
             sequences = [self._complete(encoded) for encoded, _ in items]
@@ -155,7 +155,7 @@ class Extractor:
 
     def batching_keeps_bits(self, batch_tokens: int, backend: Backend) -> bool:
         """Whether batches of `batch_tokens` give every sequence the bits it gets alone, here (probed once)."""
-        with self._lock, torch.inference_mode(), self.loaded.kernels.running(backend):
+        with self._lock, self._on_device(), torch.inference_mode(), self.loaded.kernels.running(backend):
             return self._batch_budget(batch_tokens, backend) == batch_tokens
 
     def _batch_budget(self, requested: int, backend: Backend) -> int:
@@ -178,8 +178,14 @@ class Extractor:
 
     def fusion_keeps_bits(self, backend: Backend) -> bool:
         """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
-        with self._lock, torch.inference_mode(), self.loaded.kernels.running(backend):
+        with self._lock, self._on_device(), torch.inference_mode(), self.loaded.kernels.running(backend):
             return self._fusion(backend) is not None
+
+    def _on_device(self) -> contextlib.AbstractContextManager:
+        """The model's (first) GPU as this thread's current device: Triton kernels (fla's, ours) launch on the
+        current device, which is per thread and cuda:0 unless set (a worker on cuda:1 runs in threads of its own)."""
+        device = self.loaded.device
+        return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
     def _fusion(self, backend: Backend) -> FusedForwards | None:
         """The fused forwards, once probe sequences gave every layer the eager bits with them under `backend`."""
