@@ -142,8 +142,12 @@ class JobRunner:
         """Claim a batch of the job's items (one backend) and run it; False if every item left is leased to
         another worker."""
         items: list[JobItem] = []
+        # batches shrink as the job drains, so that workers sharing it finish together instead of one idling
+        # while another runs a last full batch
+        pending = self.jobs.job_counts(job.id).get(ItemState.PENDING, 0)
+        limit = max(1, min(self.batch_size, pending // 4))
         for backend in job.backends:
-            items = self.jobs.claim_items(job.id, self.worker, self.batch_size, self.lease_s, backend)
+            items = self.jobs.claim_items(job.id, self.worker, limit, self.lease_s, backend)
             if items:
                 break
         if not items:
