@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,6 +16,8 @@ ADMIN_URL = os.environ.get("HSSTORE_TEST_POSTGRES", "postgresql://hsstore:hsstor
 
 
 def _reachable() -> bool:
+    import psycopg  # here, not at import: the GPU machine runs tests without psycopg
+
     try:
         with psycopg.connect(ADMIN_URL, connect_timeout=3):
             return True
@@ -35,6 +36,8 @@ def postgres_admin() -> str:
 
 @pytest.fixture
 def postgres_url(postgres_admin: str) -> Iterator[str]:
+    import psycopg
+
     name = f"hsstore_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(postgres_admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')

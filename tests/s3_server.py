@@ -7,9 +7,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"
 KEYS = {"access_key_id": "testing", "secret_access_key": "testing"}
@@ -44,6 +42,8 @@ class Bucket:
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer  # here, not at import: the GPU machine runs tests without moto
+
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -55,6 +55,8 @@ def moto_endpoint() -> Iterator[str]:
 
 @pytest.fixture
 def bucket(moto_endpoint: str) -> Bucket:
+    import boto3
+
     name = f"hsstore-{uuid.uuid4().hex[:12]}"
     client = boto3.client(
         "s3",
