@@ -10,8 +10,7 @@ from pathlib import Path
 import obstore
 import pytest
 
-from client import FeatureClient, IntegrityError
-from client.errors import DirectReadsUnavailableError
+from client import DirectReadsUnavailableError, FeatureClient, IntegrityError
 from schemas.manifest import Manifest
 from service.main import create_app
 from service.settings import Settings
