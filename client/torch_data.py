@@ -14,6 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
@@ -91,7 +92,12 @@ class FeatureDataset(Dataset[Sample]):
 
 class EntryStream(IterableDataset[Sample]):
     """Every entry of a listing once per epoch, split across DataLoader workers (and ranks) by position, fetched
-    `prefetch` at a time ahead of the consumer."""
+    `prefetch` at a time ahead of the consumer.
+
+    With `seed`, each epoch visits the whole listing in a seeded random order: every rank and worker computes the
+    same permutation of the listing (from the seed and the epoch, `set_epoch`) and takes its own positions of it,
+    so the ranks' shares are disjoint, cover the listing, and change from epoch to epoch; without a seed, the order
+    of the listing. Only the keys are held (about 300 bytes an entry), never the features beyond `prefetch`."""
 
     def __init__(
         self,
@@ -107,18 +113,37 @@ class EntryStream(IterableDataset[Sample]):
         cache_bytes: int = 64 * 1024**3,
         rank: int = 0,
         world_size: int = 1,
+        seed: int | None = None,
     ) -> None:
         self.filters = {"backend": backend, "model_revision": model_revision, "featureset": featureset, "since": since}
         self.prefetch = prefetch
         self.rank, self.world_size = rank, world_size
+        self.seed = seed
+        self.epoch = 0
         self._clients = _ClientPerProcess(base_url, token, cache_dir, cache_bytes)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order the next iteration follows (call it on every rank, as with DistributedSampler)."""
+        self.epoch = epoch
+
+    def order(self, keys: list[BatchItem]) -> list[BatchItem]:
+        """The epoch's order of the whole listing: the same on every rank for one seed and epoch."""
+        if self.seed is None:
+            return keys
+        permutation = np.random.default_rng([self.seed, self.epoch]).permutation(len(keys))
+        return [keys[i] for i in permutation]
 
     def __iter__(self) -> Iterator[Sample]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         shard, shards = self.rank * workers + worker, self.world_size * workers
         client = self._clients.get()
-        mine = (key_of(m) for i, m in enumerate(client.entries(**self.filters)) if i % shards == shard)
+        listing = client.entries(**self.filters)
+        if self.seed is None:
+            mine: Iterator[BatchItem] = (key_of(m) for i, m in enumerate(listing) if i % shards == shard)
+        else:  # the whole listing's keys first: a global order needs all of them
+            everything = self.order([key_of(m) for m in listing])
+            mine = iter(everything[shard::shards])
         with ThreadPoolExecutor(self.prefetch, thread_name_prefix="hsstore-prefetch") as pool:
             pending: deque[Future[Features]] = deque()
             for key in mine:

@@ -128,6 +128,24 @@ def test_dataloader_two_workers_reads_every_entry_once(live_url: str, stored: li
     assert all(cache.get(m.content_hash) is not None for m in stored)
 
 
+def test_a_seeded_stream_shuffles_the_whole_listing_alike_on_every_rank(live_url: str, stored: list) -> None:
+    def epoch(rank: int, seed: int, epoch: int, world_size: int = 2) -> list[str]:
+        stream = EntryStream(live_url, prefetch=2, rank=rank, world_size=world_size, seed=seed)
+        stream.set_epoch(epoch)
+        return [sample["content_hash"] for sample in stream]
+
+    listing = [m.content_hash for m in FeatureClient(live_url).entries()]
+    first, second = epoch(0, seed=7, epoch=0), epoch(1, seed=7, epoch=0)
+    assert sorted(first + second) == sorted(listing) and not set(first) & set(second)  # disjoint, complete
+    assert epoch(0, seed=7, epoch=0) == first  # the same seed and epoch: the same order, on any process
+    whole = epoch(0, seed=7, epoch=0, world_size=1)
+    assert whole[0::2] == first and whole[1::2] == second  # every rank cut from one global permutation
+    assert whole != listing and sorted(whole) == sorted(listing)
+    assert epoch(0, seed=7, epoch=1, world_size=1) != whole  # a new order each epoch
+    assert epoch(0, seed=8, epoch=0, world_size=1) != whole
+    assert [s["content_hash"] for s in EntryStream(live_url, prefetch=2)] == listing  # no seed: the listing's order
+
+
 def test_map_dataset_with_workers_and_collation(live_url: str, stored: list) -> None:
     dataset = FeatureDataset(live_url, stored, layers=[1, 5])
     loader = DataLoader(dataset, batch_size=3, num_workers=2, collate_fn=pack_collate)
