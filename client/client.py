@@ -27,6 +27,8 @@ from schemas.api import (
     BatchRequest,
     CompareReport,
     EntriesPage,
+    EstimateReport,
+    EstimateRequest,
     ExtractRequest,
     ExtractResponse,
     Info,
@@ -318,6 +320,24 @@ class FeatureClient:
         )
         body = request.model_dump(mode="json", exclude_none=True)
         return self._transport.call(ExtractResponse, "POST", "/v1/extract", json=body)
+
+    def estimate(
+        self,
+        samples: Sequence[Mapping[str, Any]],
+        featureset: FeatureSet | Sequence[LayerId] | None = None,
+        backends: Sequence[str] = ("auto",),
+        tokens_per_s: float | None = None,
+    ) -> EstimateReport:
+        """Tokens, bytes (compressed as this store measured) and GPU-hours these samples would take; runs nothing."""
+        request = EstimateRequest(
+            samples=[dict(s) for s in samples],
+            featureset=featureset_of(featureset),
+            backends=list(backends),
+            tokens_per_s=tokens_per_s,
+        )
+        return self._transport.call(
+            EstimateReport, "POST", "/v1/estimate", json=request.model_dump(mode="json", exclude_none=True)
+        )
 
     def submit_job(
         self,

@@ -25,6 +25,7 @@ app = typer.Typer(
 for command in (
     cli_write.extract,
     cli_write.warm,
+    cli_write.estimate,
     cli_ops.jobs,
     cli_read.get,
     cli_read.entries,

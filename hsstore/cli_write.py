@@ -72,6 +72,49 @@ def extract(
     console.print(f"{counts['extracted']} extracted, {counts['existing']} already stored")
 
 
+def estimate(
+    jsonl: SamplesArgument,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    backend: Annotated[
+        list[str] | None, typer.Option(help="backends to extract for (repeatable); default auto")
+    ] = None,
+    layers: LayersOption = None,
+    tokens_per_s: Annotated[
+        float | None, typer.Option(help="the GPU's rate, if this service has none recorded")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """What extracting a JSONL file would take, before anything runs: tokens, bytes stored, GPU-hours."""
+    samples = SampleFile(jsonl)
+    with client_for(url, token) as client:
+        report = client.estimate(
+            samples.samples, featureset_option(layers), backend or ["auto"], tokens_per_s=tokens_per_s
+        )
+    if as_json:
+        typer.echo(report.model_dump_json())
+        return
+    hours = f"{report.gpu_hours:,.2f}" if report.gpu_hours is not None else "unknown"
+    rate = f"{report.tokens_per_s:,.0f} tok/s" if report.tokens_per_s is not None else "no rate"
+    rows = [
+        ("samples", f"{report.samples:,}", ""),
+        ("tokens (per backend)", f"{report.tokens:,}", f"backends {', '.join(report.backends)}"),
+        ("raw bytes", _size(report.raw_bytes), f"{report.bytes_per_token:,} B per token, {report.dtype}"),
+        ("compression", f"{report.compression_ratio:.3f}x", report.compression_ratio_source),
+        ("stored bytes", _size(report.stored_bytes), f"featureset {report.featureset_id}"),
+        ("GPU-hours", hours, f"{rate} ({report.tokens_per_s_source})"),
+    ]
+    out.table(("", "ESTIMATE", "FROM"), rows, frozenset({1}))
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if n < 1000 or unit == "PB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"
+        n /= 1000
+    return str(n)
+
+
 def _stopped_after(exc: Exception, samples: SampleFile, start: int, counts: dict[str, int]) -> None:
     """Say where a multi-request extraction stopped, so nothing looks half-done without saying so."""
     from client import HsstoreError

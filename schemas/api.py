@@ -253,3 +253,28 @@ class WindowState(BaseModel):
     schedule: list[str]
     next_opens_at: str | None = None  # the next scheduled opening, while shut
     gpu_held: bool | None = None  # the model is loaded now (with a hand-over: SGLang has given the GPU up)
+
+
+class EstimateRequest(BaseModel):
+    """What extracting these samples would take, before anything runs."""
+
+    samples: list[dict[str, Any]] = Field(min_length=1)
+    featureset: FeatureSet | None = None
+    backends: list[str] = Field(default_factory=lambda: ["auto"], min_length=1)
+    tokens_per_s: float | None = Field(default=None, gt=0, description="the GPU's extraction rate, if known")
+
+
+class EstimateReport(BaseModel):
+    samples: int
+    tokens: int  # per backend: prompt (with the chat template) plus completion tokens (greedy: the most allowed)
+    backends: list[str]
+    featureset_id: str
+    dtype: str
+    bytes_per_token: int  # as stored before compression: the hidden states plus the ids (and masks) per token
+    raw_bytes: int  # every sample for every backend, before compression
+    compression_ratio: float
+    compression_ratio_source: str
+    stored_bytes: int
+    tokens_per_s: float | None
+    tokens_per_s_source: str
+    gpu_hours: float | None

@@ -16,7 +16,7 @@ from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.deps import PROVIDED
-from service.api.routes import audit, compare, entries, extract, features, health, info, jobs, window
+from service.api.routes import audit, compare, entries, estimate, extract, features, health, info, jobs, window
 from service.catalog import (
     JobStore,
     KeyValue,
@@ -28,6 +28,7 @@ from service.catalog import (
 )
 from service.catalog.protocol import Database
 from service.core.auditor import Auditor
+from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
@@ -120,6 +121,7 @@ class Services:
     writer: FeatureWriter
     auditor: Auditor
     verifier: Verifier
+    estimator: Estimator
     rebuilder: CatalogRebuilder
     queue: JobQueue
     runner: JobRunner | None
@@ -196,6 +198,7 @@ def build_services(
         writer=writer,
         auditor=Auditor(reader, writer, versions, gate, preparer, verifier),
         verifier=verifier,
+        estimator=Estimator(gate, preparer, versions, store, job_store, settings.codec),
         rebuilder=CatalogRebuilder(store, versions),
         queue=JobQueue(job_store, gate, preparer),
         runner=runner,
@@ -280,7 +283,7 @@ def create_app(
         setattr(app.state, name, getattr(services, name))
     error_handlers.install(app)
     openapi.mount_docs(app)
-    for module in (health, info, extract, features, entries, compare, audit, jobs, window, metrics_api):
+    for module in (health, info, extract, features, entries, compare, audit, estimate, jobs, window, metrics_api):
         app.include_router(module.router)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
     limits = {"/v1/jobs": services.settings.max_job_bytes}

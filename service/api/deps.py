@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from service.catalog.protocol import VersionCatalog
 from service.core.auditor import Auditor
+from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
 from service.core.reader import FeatureReader
 from service.core.windows import Windows
@@ -22,7 +23,19 @@ from service.settings import Settings
 from service.storage.protocol import BlobStore
 
 # what the composition root puts on `app.state`, by name
-PROVIDED = ("settings", "store", "versions", "windows", "gate", "reader", "writer", "auditor", "queue", "metrics")
+PROVIDED = (
+    "settings",
+    "store",
+    "versions",
+    "windows",
+    "gate",
+    "reader",
+    "writer",
+    "auditor",
+    "estimator",
+    "queue",
+    "metrics",
+)
 
 
 def get_settings(request: Request) -> Settings:
@@ -57,6 +70,10 @@ def get_auditor(request: Request) -> Auditor:
     return request.app.state.auditor
 
 
+def get_estimator(request: Request) -> Estimator:
+    return request.app.state.estimator
+
+
 def get_queue(request: Request) -> JobQueue:
     return request.app.state.queue
 
@@ -69,6 +86,7 @@ GateDep = Annotated[ExtractionGate, Depends(get_gate)]
 ReaderDep = Annotated[FeatureReader, Depends(get_reader)]
 WriterDep = Annotated[FeatureWriter, Depends(get_writer)]
 AuditorDep = Annotated[Auditor, Depends(get_auditor)]
+EstimatorDep = Annotated[Estimator, Depends(get_estimator)]
 JobsDep = Annotated[JobQueue, Depends(get_queue)]
 
 

@@ -214,6 +214,12 @@ class ObjectZarrStore:
         spans = [(start, stop - start) for start, stop in runs(chunks)]
         return iter(ObjectArray(self.store, f"{self._prefix(content_hash)}/{name}").read_many(spans))
 
+    def stored_bytes(self, content_hash: str) -> int:
+        if not self.exists(content_hash):
+            raise KeyError(content_hash)
+        listing = obstore.list(self.store, prefix=f"{self._prefix(content_hash)}/")
+        return sum(int(meta["size"]) for batch in listing for meta in batch)
+
     def direct_url(self, content_hash: str, name: str, ndim: int, expires_s: float) -> str | None:
         """A presigned GET of the shard (S3 and compatible stores); None for a store that cannot sign (a shared
         filesystem)."""

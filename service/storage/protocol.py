@@ -80,6 +80,9 @@ class BlobStore(Protocol):
         """A URL a client may GET (with Range) the array's shard from for `expires_s` seconds, without credentials
         of its own; None where the store has none to give (a local disk)."""
 
+    def stored_bytes(self, content_hash: str) -> int:
+        """What the blob takes in the store (metadata included); KeyError if absent."""
+
     def exists(self, content_hash: str) -> bool: ...
 
     def delete(self, content_hash: str) -> bool: ...

@@ -53,6 +53,14 @@ class BlobStoreTests:
         assert np.array_equal(part["input_ids"].numpy(), written[1].numpy()[70:201])
         assert part["hidden_states"].dtype == "bfloat16"
 
+    def test_stored_bytes(self, store: BlobStore) -> None:
+        zeros = [RawTensor.from_numpy("hidden_states", "bfloat16", np.zeros((512, 2, 64), np.uint16))]
+        digest = content_hash(zeros)
+        store.put_if_absent(digest, zeros)
+        assert 0 < store.stored_bytes(digest) < zeros[0].nbytes // 4  # zeros compress: what is stored is counted
+        with pytest.raises(KeyError):
+            store.stored_bytes("sha256:" + "0" * 64)
+
     def test_missing_blob_raises_key_error(self, store: BlobStore) -> None:
         with pytest.raises(KeyError):
             store.get("sha256:" + "0" * 64)

@@ -201,6 +201,12 @@ class LocalZarrStore:
             raise ValueError(f"{name}: the shard is shorter than its index says")
         return (view[at : min(stop, at + _PIECE)] for start, stop in runs(chunks) for at in range(start, stop, _PIECE))
 
+    def stored_bytes(self, content_hash: str) -> int:
+        root = self._path(content_hash)
+        if not root.is_dir():
+            raise KeyError(content_hash)
+        return sum(path.stat().st_size for path in root.rglob("*") if path.is_file())
+
     def direct_url(self, content_hash: str, name: str, ndim: int, expires_s: float) -> str | None:
         return None  # this host's disk: only the service reads it
 

@@ -1,0 +1,96 @@
+"""What extracting a set of samples would take, before a GPU is committed: tokens (tokenised with the chat template,
+as extraction will), bytes per featureset and dtype (compressed by the ratio this store measured on stored entries
+of the featureset, or the codec table's figure before there are any), and GPU-hours at the rate this service's jobs
+recorded (or one given)."""
+
+from __future__ import annotations
+
+from math import prod
+
+from schemas.api import EstimateReport, EstimateRequest
+from schemas.codecs import MEASURED_RATIO, StoreCodec
+from schemas.keys import EntryFilter
+from schemas.tensors import DTYPES
+from service.catalog.protocol import JobStore, VersionCatalog
+from service.core.gate import ExtractionGate
+from service.core.prepare import RequestPreparer
+from service.storage.protocol import BlobStore
+
+_SAMPLED_ENTRIES = 64  # stored entries a ratio is measured on
+_INT32, _BF16, _UINT8 = 4, 2, 1
+
+
+class Estimator:
+    def __init__(
+        self,
+        gate: ExtractionGate,
+        preparer: RequestPreparer,
+        versions: VersionCatalog,
+        store: BlobStore,
+        jobs: JobStore,
+        codec: StoreCodec,
+    ) -> None:
+        self.gate = gate
+        self.preparer = preparer
+        self.versions = versions
+        self.store = store
+        self.jobs = jobs
+        self.codec = codec
+
+    def estimate(self, request: EstimateRequest) -> EstimateReport:
+        spec = self.gate.models.spec
+        prepared = self.preparer.prepare(spec, request.samples, request.featureset, request.backends)
+        featureset = prepared.featureset
+        hidden = len(featureset.layers) * int(spec.config.hidden_size) * _BF16
+        tokens = raw = 0
+        for sample in prepared.samples:
+            encoded = sample.encoded
+            completion = (
+                len(encoded.completion_ids) if encoded.completion_ids is not None else encoded.greedy_max_new_tokens
+            ) or 0
+            count = len(encoded.prompt_ids) + completion
+            per_token = hidden + _INT32 + (_INT32 if featureset.target_ids else 0) + (_UINT8 if completion else 0)
+            tokens += count
+            raw += count * per_token
+        raw *= len(prepared.backends)
+        ratio, ratio_source = self._ratio(featureset.id)
+        rate, rate_source = self._rate(request.tokens_per_s)
+        work = tokens * len(prepared.backends)
+        return EstimateReport(
+            samples=len(prepared.samples),
+            tokens=tokens,
+            backends=[b.value for b in prepared.backends],
+            featureset_id=featureset.id,
+            dtype=featureset.dtype,
+            bytes_per_token=hidden + _INT32,
+            raw_bytes=raw,
+            compression_ratio=ratio,
+            compression_ratio_source=ratio_source,
+            stored_bytes=round(raw / ratio),
+            tokens_per_s=rate,
+            tokens_per_s_source=rate_source,
+            gpu_hours=work / rate / 3600 if rate else None,
+        )
+
+    def _ratio(self, featureset_id: str) -> tuple[float, str]:
+        """Raw over stored bytes of up to 64 stored entries of the featureset; the codec table's figure without."""
+        raw = stored = counted = 0
+        for manifest in self.versions.find(EntryFilter(featureset=featureset_id), limit=_SAMPLED_ENTRIES):
+            try:
+                stored += self.store.stored_bytes(manifest.content_hash)
+            except (KeyError, OSError):
+                continue
+            raw += sum(prod(t.shape) * DTYPES[t.dtype][0] for t in manifest.tensors.values())
+            counted += 1
+        if counted and stored:
+            return raw / stored, f"measured on {counted} stored entries of this featureset"
+        return MEASURED_RATIO[self.codec], f"the codec table ({self.codec}, 27B target's hidden states)"
+
+    def _rate(self, given: float | None) -> tuple[float | None, str]:
+        if given is not None:
+            return given, "given"
+        jobs = [job for job in self.jobs.list_jobs(limit=100) if job.busy_s > 0 and job.tokens > 0]
+        if not jobs:
+            return None, "no job has recorded its rate here yet: give tokens_per_s"
+        rate = sum(job.tokens for job in jobs) / sum(job.busy_s for job in jobs)
+        return rate, f"recorded by this service's last {len(jobs)} jobs"
