@@ -15,6 +15,7 @@ from client.errors import (
     IntegrityError,
     InvalidRequestError,
     JobNotFoundError,
+    MixedBackendsError,
     ModelUnavailableError,
     NonFiniteError,
     NotFoundError,
@@ -29,6 +30,7 @@ from client.errors import (
     WindowClosedError,
 )
 from client.features import Features
+from client.guard import check_backends, live_backend
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash
 
@@ -64,6 +66,7 @@ __all__ = [
     "IntegrityError",
     "InvalidRequestError",
     "JobNotFoundError",
+    "MixedBackendsError",
     "ModelUnavailableError",
     "NonFiniteError",
     "NotFoundError",
@@ -76,6 +79,8 @@ __all__ = [
     "StorageFullError",
     "TooLargeError",
     "WindowClosedError",
+    "check_backends",
+    "live_backend",
     "pack_collate",
     "pad_collate",
     "prompt_hash",

@@ -28,6 +28,10 @@ class NotHsstoreError(HsstoreError):
     """Something answered, but not as an hsstore service does (an HTML page, another API, a proxy's error)."""
 
 
+class MixedBackendsError(HsstoreError):
+    """Features of one kernel backend about to meet a live model running another (the trainer-side guard)."""
+
+
 class InvalidRequestError(HsstoreError):
     pass
 

@@ -1,16 +1,14 @@
 """Which kernels transformers bound for the Gated-DeltaNet layers, forcing the torch references, and recording
 which implementation each call really used. The backend label comes from here, never from a flag.
 
-transformers binds each kernel wrapper at import of the model's module (GPU.md): the wrapper keeps the torch reference
-as `__wrapped__` and the bound implementation in its closure as `implementation`. The modeling code looks the wrappers
-up as module globals at call time, so swapping a module attribute changes what the next forward runs.
+What is bound is read as `schemas/kernel_binding.py` defines it. The modeling code looks the wrappers up as module
+globals at call time, so swapping a module attribute changes what the next forward runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -19,35 +17,10 @@ from types import ModuleType
 from typing import Any
 
 from schemas.backend import AUTO, Backend
+from schemas.kernel_binding import CONV, FAST_ROOT, KERNELS, RULE, bound, has_fast, origin, wrappers
 from service.errors import BackendMismatch, BackendUnavailable, InvalidRequest
 
-CONV = "conv"
-RULE = "rule"
-KERNELS: dict[str, str] = {
-    "causal_conv1d_fn": CONV,
-    "causal_conv1d_update": CONV,
-    "torch_chunk_gated_delta_rule": RULE,
-    "torch_recurrent_gated_delta_rule": RULE,
-}
 PACKAGE = {CONV: "causal-conv1d", RULE: "flash-linear-attention"}
-_FAST_ROOT = {CONV: "causal_conv1d", RULE: "fla"}
-
-
-def origin(fn: Callable[..., Any]) -> str:
-    """`module.qualname` of an implementation, e.g. `fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule`."""
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
-
-
-def _bound(wrapper: Callable[..., Any]) -> Callable[..., Any]:
-    try:
-        nonlocals = inspect.getclosurevars(wrapper).nonlocals
-    except TypeError:
-        return wrapper
-    return nonlocals.get("implementation", wrapper)
-
-
-def _is_fast(role: str, fn: Callable[..., Any]) -> bool:
-    return getattr(fn, "__module__", "").split(".")[0] == _FAST_ROOT[role]
 
 
 def version_of(distribution: str) -> str | None:
@@ -66,15 +39,14 @@ class KernelSet:
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.wrappers = {name: getattr(self.module, name) for name in KERNELS if hasattr(self.module, name)}
+        self.wrappers = wrappers(self.module)
 
     @classmethod
     def for_model(cls, model: Any) -> KernelSet:
         return cls(sys.modules[type(model).__module__])
 
     def has_fast(self, role: str) -> bool:
-        fns = [_bound(w) for name, w in self.wrappers.items() if KERNELS[name] == role]
-        return bool(fns) and all(_is_fast(role, fn) for fn in fns)
+        return has_fast(self.wrappers, role)
 
     def available(self, device_type: str) -> list[str]:
         """Backends this host can run, measured from the bindings (fla needs a CUDA device)."""
@@ -109,7 +81,7 @@ class KernelSet:
         """The implementation each kernel runs under `backend`."""
         plan = {}
         for name, wrapper in self.wrappers.items():
-            chosen = _bound(wrapper) if _needs(backend, KERNELS[name]) else getattr(wrapper, "__wrapped__", wrapper)
+            chosen = bound(wrapper) if _needs(backend, KERNELS[name]) else getattr(wrapper, "__wrapped__", wrapper)
             plan[name] = origin(chosen)
         return plan
 
@@ -130,7 +102,7 @@ class KernelSet:
                 for name, wrapper in self.wrappers.items():
                     role = KERNELS[name]
                     if _needs(backend, role):
-                        chosen, used = wrapper, origin(_bound(wrapper))
+                        chosen, used = wrapper, origin(bound(wrapper))
                     else:
                         reference = getattr(wrapper, "__wrapped__", wrapper)
                         chosen, used = reference, origin(reference)
@@ -166,8 +138,8 @@ def measured_backend(calls: dict[str, str]) -> Backend | None:
     roles = {KERNELS[name]: used.split(".")[0] for name, used in calls.items()}
     if not roles:
         return None
-    rule_fast = roles.get(RULE) == _FAST_ROOT[RULE]
-    conv_fast = roles.get(CONV) == _FAST_ROOT[CONV]
+    rule_fast = roles.get(RULE) == FAST_ROOT[RULE]
+    conv_fast = roles.get(CONV) == FAST_ROOT[CONV]
     if rule_fast and conv_fast:
         return Backend.FLA
     if rule_fast:

@@ -1,0 +1,62 @@
+"""Which kernels transformers bound for the Gated-DeltaNet layers of a modeling module, read off the module itself:
+the one definition of what backend a forward runs, shared by the service (which forces and records each call,
+`service/model/kernels.py`) and a trainer that runs the target live and must not mix its bits with stored features
+of another backend (`client/guard.py`).
+
+transformers binds each kernel wrapper at import of the model's module: the wrapper keeps the torch reference as
+`__wrapped__` and the bound implementation in its closure as `implementation`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from schemas.backend import Backend
+
+CONV = "conv"
+RULE = "rule"
+KERNELS: dict[str, str] = {
+    "causal_conv1d_fn": CONV,
+    "causal_conv1d_update": CONV,
+    "torch_chunk_gated_delta_rule": RULE,
+    "torch_recurrent_gated_delta_rule": RULE,
+}
+FAST_ROOT = {CONV: "causal_conv1d", RULE: "fla"}
+
+
+def origin(fn: Callable[..., Any]) -> str:
+    """`module.qualname` of an implementation, e.g. `fla.ops.gated_delta_rule.chunk.chunk_gated_delta_rule`."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
+
+
+def bound(wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    """The implementation a kernel wrapper calls."""
+    try:
+        nonlocals = inspect.getclosurevars(wrapper).nonlocals
+    except TypeError:
+        return wrapper
+    return nonlocals.get("implementation", wrapper)
+
+
+def is_fast(role: str, fn: Callable[..., Any]) -> bool:
+    return getattr(fn, "__module__", "").split(".")[0] == FAST_ROOT[role]
+
+
+def wrappers(module: ModuleType) -> dict[str, Callable[..., Any]]:
+    return {name: getattr(module, name) for name in KERNELS if hasattr(module, name)}
+
+
+def has_fast(module_wrappers: dict[str, Callable[..., Any]], role: str) -> bool:
+    fns = [bound(w) for name, w in module_wrappers.items() if KERNELS[name] == role]
+    return bool(fns) and all(is_fast(role, fn) for fn in fns)
+
+
+def bound_backend(module: ModuleType, device_type: str) -> Backend:
+    """The backend a forward of this module's models runs as bound (nothing forced), on `device_type`."""
+    found = wrappers(module)
+    if device_type != "cuda" or not has_fast(found, RULE):
+        return Backend.TORCH
+    return Backend.FLA if has_fast(found, CONV) else Backend.FLA_NOCONV
