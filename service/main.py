@@ -205,12 +205,6 @@ def build_services(
     )
 
 
-def _without_password(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    return f"{scheme}://{credentials.split(':')[0]}:***@{host}" if at else url
-
-
 def startup_lines(services: Services) -> list[str]:
     """What an operator needs to see when the service starts: where, which model, what it can run, where it
     keeps data, whether anyone can call it."""
@@ -234,7 +228,9 @@ def startup_lines(services: Services) -> list[str]:
     if settings.store_url is not None:
         lines.append(f"blobs: {settings.store_url}" + (f" at {settings.s3_endpoint}" if settings.s3_endpoint else ""))
     if settings.catalog_url is not None:
-        lines.append(f"catalog: Postgres at {_without_password(settings.catalog_url)}")
+        from service.catalog.postgres.database import masked
+
+        lines.append(f"catalog: Postgres at {masked(settings.catalog_url)}")
     if settings.tokens:
         lines.append(f"auth: on ({len(settings.tokens)} bearer tokens)")
     else:

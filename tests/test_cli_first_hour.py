@@ -88,6 +88,18 @@ def test_a_config_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
     assert "not valid TOML" in line
 
 
+def test_an_unreachable_catalog_or_a_wrong_store_url_is_one_line(tmp_path: Path) -> None:
+    from tests.conftest import free_port
+
+    down = f"postgresql://hsstore:secret@127.0.0.1:{free_port()}/hsstore"
+    env = {"HSSTORE_DATA_DIR": str(tmp_path / "d"), "HSSTORE_CATALOG_URL": down}
+    (line,) = failed("serve", env=env)
+    assert "the catalog at postgresql://hsstore:***@127.0.0.1" in line and "cannot be reached" in line
+    assert "secret" not in line
+    (line,) = failed("serve", env={"HSSTORE_DATA_DIR": str(tmp_path / "d"), "HSSTORE_STORE_URL": "ftp://x/y"})
+    assert "store_url 'ftp://x/y'" in line and "s3://" in line
+
+
 @pytest.mark.parametrize("command", ["extract", "warm"])
 def test_jsonl_mistakes_are_named_by_file_and_line_and_nothing_is_sent(
     command: str, live_url: str, tmp_path: Path, settings: Settings

@@ -28,6 +28,7 @@ from schemas.keys import is_content_hash
 from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
 from service.errors import ReadOnly
+from service.settings import ConfigError
 from service.storage.layout import chunk_shape, read_index, runs, written_as
 from service.storage.protocol import LocatedArray, Selection, Stored
 from service.storage.shard_reader import locate_array, read_array, shard_key
@@ -101,7 +102,7 @@ def open_url(url: str, s3_endpoint: str | None = None) -> Any:
         root = url.removeprefix("file://")
         os.makedirs(root, exist_ok=True)
         return LocalStore(root)
-    raise ValueError(f"store_url {url!r}: expected s3://bucket/prefix or file:///path")
+    raise ConfigError(f"store_url {url!r}: expected s3://bucket/prefix or file:///path")
 
 
 class ObjectZarrStore:

@@ -12,15 +12,28 @@ from psycopg_pool import ConnectionPool
 
 from service.catalog.migrations import TABLE, Step, check_version, statements
 from service.errors import ReadOnly
+from service.settings import ConfigError
 
 log = logging.getLogger("hsstore.catalog")
 _MIGRATION_LOCK = 0x68737374  # one advisory lock id for every hsstore schema change ("hsst")
+
+
+def masked(url: str) -> str:
+    """The URL with its password hidden (for messages and logs)."""
+    scheme, _, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    return f"{scheme}://{credentials.split(':')[0]}:***@{host}" if at else url
 
 
 class PostgresDatabase:
     def __init__(self, url: str, read_only: bool = False, max_connections: int = 8) -> None:
         self.url = url
         self.read_only = read_only
+        try:  # once, directly: a wrong URL or a down server is said now, in one line, not as a pool timing out
+            psycopg.connect(url, connect_timeout=10).close()
+        except psycopg.Error as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"the catalog at {masked(url)} cannot be reached: {reason} (catalog_url)") from None
         self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True})
         self.pool.wait(timeout=30)
 
