@@ -11,7 +11,9 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
@@ -73,6 +75,10 @@ class JobRunner:
         self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
         self.lease_s = lease_s
         self._heartbeat: threading.Thread | None = None
+        # A batch's forwards run while the previous batch's last writes finish: two batches at most in flight (the
+        # extractor takes one forward at a time; its lock hands the GPU from one to the next).
+        self._batches = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hsstore-batch")
+        self._in_flight: deque[tuple[Future[None], JobRecord]] = deque()
 
     def start(self) -> None:
         self._requeue_running()  # a job a previous process was running waits for a window like any other
@@ -87,6 +93,8 @@ class JobRunner:
         for thread in (self._thread, self._heartbeat):
             if thread is not None:
                 thread.join(timeout=60)
+        self._collect(wait=True)
+        self._batches.shutdown(wait=True)
         self.jobs.release_leases(self.worker)  # the others take at once what is left
 
     def _renew(self) -> None:
@@ -108,9 +116,11 @@ class JobRunner:
 
     def step(self) -> bool:
         """One unit of work; False when there was nothing to do."""
+        self._collect(wait=False)
         usable = self.windows.usable()
         jobs = self.jobs.runnable_jobs(include_windowed=usable)
         if not jobs:
+            self._collect(wait=True)  # at a batch boundary before the GPU goes anywhere
             self._give_back(usable)
             return self._prefetch_completions() if not self.models.loaded else False
         for job in jobs:
@@ -118,7 +128,21 @@ class JobRunner:
                 return True  # SGLang is still up: take its reference completions before asking it for the GPU
             if self._run_batch(job):
                 return True
-        return False  # what is left is leased to other workers
+        self._collect(wait=True)
+        return False  # what is left is leased to other workers (or to our own batch in flight, now recorded)
+
+    def _collect(self, wait: bool) -> None:
+        """Take in the batches in flight that are over (`wait`: all of them). A batch that failed for the host's
+        sake (the model, the hand-over) lets the other finish first, then frees its leases and backs off."""
+        while self._in_flight and (wait or self._in_flight[0][0].done()):
+            future, job = self._in_flight.popleft()
+            try:
+                future.result()
+            except Exception as exc:  # not a sample's fault (those are outcomes)
+                log.exception("extraction failed")
+                self._collect(wait=True)
+                self.jobs.release_leases(self.worker)
+                self._host_failure(job, exc)
 
     def _give_back(self, usable: bool) -> None:
         """Nothing to run: the GPU goes back to SGLang now (at a batch boundary), or after `keep_gpu_s` in an open
@@ -155,18 +179,21 @@ class JobRunner:
                 self._finish(job)
                 return True
             return False
-        backend = items[0].backend
         if job.state == JobState.QUEUED:
             self.jobs.set_job_state(job.id, JobState.RUNNING, started_at=utc_now())
+        self._in_flight.append((self._batches.submit(self._run_claimed, job, items), job))
+        while len(self._in_flight) > 1:  # this batch's forwards overlap the previous batch's last writes
+            self._collect(wait=False)
+            if len(self._in_flight) > 1:
+                self._in_flight[0][0].exception()  # wait for the older one, whatever its outcome
+        return True
+
+    def _run_claimed(self, job: JobRecord, items: list[JobItem]) -> None:
+        """Extract and record one claimed batch (on a batch thread); a host failure propagates to `_collect`."""
+        backend = items[0].backend
         featureset = FeatureSet.model_validate(job.featureset)
         started = time.monotonic()
-        try:
-            outcomes = self._extract(items, featureset, backend)
-        except Exception as exc:  # not a sample's fault (those are outcomes): the model or the hand-over
-            log.exception("extraction failed")
-            self.jobs.release_leases(self.worker)
-            self._host_failure(job, exc)
-            return True
+        outcomes = self._extract(items, featureset, backend)
         self._host_failures.pop(job.id, None)
         tokens = 0
         for item, outcome in outcomes:
@@ -181,7 +208,6 @@ class JobRunner:
         self.jobs.add_job_work(job.id, tokens, time.monotonic() - started)
         if not self.jobs.pending_items(job.id, 1):
             self._finish(job)
-        return True
 
     def _extract(self, items: list[JobItem], featureset: FeatureSet, backend: str) -> list[tuple[JobItem, object]]:
         def run(batch: list[JobItem]) -> list:
