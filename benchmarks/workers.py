@@ -203,6 +203,7 @@ def main() -> None:
     parser.add_argument("--backend", default="fla")
     parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--split-tokens", type=int, default=16_384)
+    parser.add_argument("--work-dir", type=Path, help="where the store and catalog go (e.g. /dev/shm: no disk limit)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
@@ -236,7 +237,8 @@ def main() -> None:
     }
     featureset = FeatureSet.default_for(args.layers).canonical()
     record["featureset"] = featureset
-    work = Path(tempfile.mkdtemp(prefix="hsstore-workers-"))
+    work = Path(tempfile.mkdtemp(prefix="hsstore-workers-", dir=args.work_dir))
+    record["work_dir"] = str(work)
     data_dir = work / "store"
     data_dir.mkdir()
     processes = []
