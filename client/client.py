@@ -139,14 +139,13 @@ class FeatureClient:
     def fetch(self, key: FeatureKey, layers: Sequence[LayerId] | None = None, tokens: Tokens | None = None) -> Features:
         """`get` by key. A whole entry pinned by content hash is served from the cache when it is there, without
         any request."""
-        if self.cache is not None and key.content_hash is not None and layers is None and tokens is None:
-            cached = self.cache.get(key.content_hash)
-            if cached is not None:
-                return cached
+        span = str(TokenRange.of(tokens)) if tokens is not None else None
+        part = BatchItem(**key.model_dump(), layers=list(layers) if layers is not None else None, tokens=span)
+        cached = self._cached(part)
+        if cached is not None:
+            return cached
         if self.direct_reads:
-            span = str(TokenRange.of(tokens)) if tokens is not None else None
-            part = BatchItem(**key.model_dump(), layers=list(layers) if layers is not None else None, tokens=span)
-            return self._direct([part])[0]
+            return self._direct_uncached([part])[0]
         params = key.params()
         if layers is not None:
             params["layers"] = ",".join(str(layer) for layer in layers)
@@ -171,7 +170,20 @@ class FeatureClient:
         return list(self._pool.map(lambda item: self.fetch(item.key, item.layers, item.tokens), items))
 
     def _direct(self, items: list[BatchItem]) -> list[Features]:
-        """Locate every key in one request, then read each entry's chunks from the object store in parallel."""
+        """Locate every key not in the cache in one request, then read each entry's chunks from the object store
+        in parallel."""
+        cached = [self._cached(item) for item in items]
+        missing = [item for item, hit in zip(items, cached, strict=True) if hit is None]
+        fetched = iter(self._direct_uncached(missing) if missing else [])
+        return [hit if hit is not None else next(fetched) for hit in cached]
+
+    def _cached(self, item: BatchItem) -> Features | None:
+        """A whole entry pinned by content hash, from the cache (None if it is not there)."""
+        if self.cache is None or item.content_hash is None or item.layers is not None or item.tokens is not None:
+            return None
+        return self.cache.get(item.content_hash)
+
+    def _direct_uncached(self, items: list[BatchItem]) -> list[Features]:
         request = BatchRequest(keys=items)
         body = request.model_dump(mode="json", exclude_none=True)
         located = self._transport.call(DirectEntries, "POST", "/v1/features:locate", json=body)

@@ -81,3 +81,16 @@ def test_direct_reads_need_an_object_store(live_url: str) -> None:
         manifest = client.extract([{"text": "def local(): pass"}]).results[0].manifest
     with FeatureClient(live_url, direct_reads=True) as direct, pytest.raises(DirectReadsUnavailableError):
         direct.fetch(manifest.feature_key())
+
+
+def test_direct_reads_use_the_cache_first(s3_url: str, written: list[Manifest], tmp_path: Path) -> None:
+    with FeatureClient(s3_url, direct_reads=True, cache=tmp_path / "cache") as client:
+        keys = [m.feature_key() for m in written]
+        first = client.get_many(keys)
+
+        def no_request(*args: object, **kwargs: object) -> None:
+            raise AssertionError(f"a request was made: {args[:3]}")
+
+        client._transport.call = no_request  # every key is pinned by content hash and cached: no request at all
+        assert [_arrays(f) for f in client.get_many(keys)] == [_arrays(f) for f in first]
+        assert _arrays(client.fetch(keys[0])) == _arrays(first[0])
