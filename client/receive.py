@@ -23,7 +23,7 @@ from numcodecs import Blosc
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from schemas import chunk_wire
-from schemas.chunks import ChunkDigests, as_positions, grid, touched, unflatten
+from schemas.chunks import ChunkDigests, as_positions, crc_ok, grid, touched, unflatten
 from schemas.content_hash import content_hash
 from schemas.manifest import Manifest
 from schemas.tensors import DTYPES, RawTensor
@@ -93,7 +93,7 @@ class _Array:
         self.places = [{c: (src, dst) for c, src, dst in dim} for dim in touched(sent.wanted(), sent.chunk)]
 
     def decode(self, at: int, frame: memoryview) -> None:
-        if not chunk_wire.chunk_ok(frame):
+        if not crc_ok(frame):
             raise IntegrityError(f"{self.sent.name}: chunk {at} fails its crc32c")
         payload = frame[:-4]
         # blosc's own header: version, lz version, flags, typesize, then u32 nbytes, blocksize, cbytes

@@ -20,11 +20,9 @@ import struct
 from collections.abc import Sequence
 from typing import Literal
 
-import google_crc32c
-import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from schemas.chunks import entry_digest, grid, touched
+from schemas.chunks import crc32c, crc_ok, entry_digest, grid, touched
 from schemas.featureset import LayerId
 from schemas.manifest import HIDDEN_STATES, Manifest
 from schemas.wire import WireFormatError
@@ -34,11 +32,6 @@ MAGIC, VERSION = b"HSCK", 1
 _PREFIX = struct.Struct("<4sBI")
 _CRC = 4
 MAX_HEADER_BYTES = 64 * 1024 * 1024
-
-
-def crc32c(data: bytes | bytearray | memoryview) -> int:
-    # google_crc32c takes bytes or a numpy array, not a memoryview: view the buffer as uint8, without a copy
-    return int(google_crc32c.value(np.frombuffer(data, dtype=np.uint8)))
 
 
 class SentArray(BaseModel):
@@ -126,7 +119,7 @@ class ChunkHeader(BaseModel):
 def encode_header(header: ChunkHeader) -> bytes:
     raw = header.model_dump_json().encode()
     head = _PREFIX.pack(MAGIC, VERSION, len(raw)) + raw
-    return head + crc32c(head).to_bytes(_CRC, "little")
+    return head + crc32c(head)
 
 
 def header_length(view: memoryview) -> int | None:
@@ -146,7 +139,7 @@ def decode_header(view: memoryview) -> tuple[ChunkHeader, Manifest, int]:
     size = header_length(view)
     if size is None or view.nbytes < size:
         raise WireFormatError("body shorter than its header")
-    if crc32c(view[: size - _CRC]) != int.from_bytes(view[size - _CRC : size], "little"):
+    if not crc_ok(view[:size]):
         raise WireFormatError("header checksum mismatch")
     try:
         header = ChunkHeader.model_validate_json(bytes(view[_PREFIX.size : size - _CRC]))
@@ -155,11 +148,6 @@ def decode_header(view: memoryview) -> tuple[ChunkHeader, Manifest, int]:
         raise WireFormatError(f"malformed header: {exc.error_count()} errors") from None
     header.checked(manifest)
     return header, manifest, size
-
-
-def chunk_ok(stored: memoryview) -> bool:
-    """A stored chunk's frame against the crc32c that follows it."""
-    return crc32c(stored[:-_CRC]) == int.from_bytes(stored[-_CRC:], "little")
 
 
 class DirectEntry(BaseModel):

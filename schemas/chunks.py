@@ -16,6 +16,7 @@ from math import ceil
 from typing import Literal
 
 import blake3
+import google_crc32c
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +36,18 @@ class ChunkDigests(BaseModel):
     def matches(self, at: int, block: np.ndarray) -> bool:
         """Whether `block` is the chunk at C-order position `at` as it was written."""
         return 0 <= at < len(self.digests) and chunk_digest(block, self.digest) == self.digests[at]
+
+
+def crc32c(data: bytes | bytearray | memoryview | np.ndarray) -> bytes:
+    """The 4-byte little-endian crc32c of `data`, as Zarr's `crc32c` codec appends it to every chunk and index."""
+    # google_crc32c takes bytes or a numpy array, not a memoryview: view the buffer as uint8, without a copy
+    return int(google_crc32c.value(np.frombuffer(data, dtype=np.uint8))).to_bytes(4, "little")
+
+
+def crc_ok(framed: bytes | bytearray | memoryview) -> bool:
+    """Whether bytes followed by their crc32c (a stored chunk, a shard index, a chunk body's header) still match it."""
+    view = memoryview(framed).cast("B")
+    return view.nbytes >= 4 and crc32c(view[:-4]) == view[-4:].tobytes()
 
 
 def chunk_digest(block: np.ndarray | memoryview | bytes, algorithm: DigestName = DIGEST) -> str:

@@ -18,11 +18,10 @@ from math import ceil, prod
 from pathlib import Path
 from typing import Protocol
 
-import google_crc32c
 import numpy as np
 from numcodecs import Blosc
 
-from schemas.chunks import ChunkDigests, as_positions, flat_index, touched
+from schemas.chunks import ChunkDigests, as_positions, crc_ok, flat_index, touched
 
 _EMPTY = np.uint64(2**64 - 1)
 # Shared by reads and writes: blosc and crc32c release the GIL, so chunks (de)compress in parallel.
@@ -42,11 +41,6 @@ class Written:
     dtype: np.dtype
     chunks: ChunkDigests | None  # None: entries written before digests were recorded
     check_digests: bool = True  # False: the chunk shape is checked, the chunks' digests are not
-
-
-def _crc_ok(payload: bytes | memoryview, stored: bytes) -> bool:
-    # google_crc32c takes bytes or a numpy array, not a memoryview: view the buffer as uint8, without a copy
-    return int(google_crc32c.value(np.frombuffer(payload, dtype=np.uint8))).to_bytes(4, "little") == stored
 
 
 def _plain_layout(meta: dict) -> tuple[list[int], list[int], np.dtype] | None:
@@ -187,7 +181,7 @@ def _index(source: ShardSource, layout: Layout) -> tuple[np.ndarray, int]:
     index_bytes = 16 * prod(layout.grid) + 4
     raw_index, size = source.tail(index_bytes)
     raw = memoryview(raw_index)
-    if raw.nbytes != index_bytes or not _crc_ok(raw[:-4], bytes(raw[-4:])):
+    if raw.nbytes != index_bytes or not crc_ok(raw):
         raise ChecksumError(f"{layout.label}: shard index checksum mismatch")
     return np.frombuffer(raw[:-4], dtype="<u8").reshape(*layout.grid, 2), size
 
@@ -250,7 +244,7 @@ def read_array(
             block = np.zeros(chunk, dtype=dtype)  # fill value
         else:
             data = memoryview(frame)
-            if not _crc_ok(data[:-4], bytes(data[-4:])):
+            if not crc_ok(data):
                 raise ChecksumError(f"{layout.label}: chunk {coords} checksum mismatch")
             block = np.frombuffer(blosc.decode(data[:-4]), dtype=dtype).reshape(chunk)
         if digests is not None:

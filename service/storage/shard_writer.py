@@ -13,7 +13,6 @@ from math import ceil, prod
 from pathlib import Path
 from typing import Any
 
-import google_crc32c
 import numpy as np
 from numcodecs import Blosc
 
@@ -23,10 +22,6 @@ from schemas.codecs import BLOSC, DEFAULT_CODEC, StoreCodec
 from service.storage.shard_reader import POOL, shard_key
 
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
-
-
-def _crc(payload: bytes | np.ndarray) -> bytes:
-    return int(google_crc32c.value(np.frombuffer(payload, dtype=np.uint8))).to_bytes(4, "little")
 
 
 def write_group(path: Path, attributes: dict[str, Any]) -> None:
@@ -102,7 +97,7 @@ def encode_array(
         contiguous = np.ascontiguousarray(chunks.block(data, coords, chunk))
         compressed = compressor.encode(contiguous)
         # kept apart and written one after the other: joining them is a copy made holding the GIL
-        return compressed, _crc(compressed), chunks.chunk_digest(contiguous)
+        return compressed, chunks.crc32c(compressed), chunks.chunk_digest(contiguous)
 
     coordinates = list(product(*(range(g) for g in chunk_grid)))  # C order, the order of the shard index
     encoded = list(POOL.map(encode, coordinates))
@@ -115,7 +110,7 @@ def encode_array(
     pieces = [piece for compressed, crc, _ in encoded for piece in (compressed, crc)]
     return EncodedArray(
         metadata=json.dumps(meta).encode(),
-        shard=[*pieces, index_bytes + _crc(index_bytes)],
+        shard=[*pieces, index_bytes + chunks.crc32c(index_bytes)],
         shard_key=shard_key(data.ndim),
         digests=ChunkDigests(shape=list(chunk), digest=DIGEST, digests=[digest for _, _, digest in encoded]),
     )
