@@ -61,10 +61,13 @@ class ObjectArray:
         self.store = store
         self.prefix = prefix
         self.label = prefix
+        self._metadata: bytes | None = None  # one GET per read, not one per use
         self._shard: str | None = None
 
     def metadata(self) -> bytes:
-        return bytes(_calling(lambda: obstore.get(self.store, f"{self.prefix}/zarr.json").bytes()))
+        if self._metadata is None:
+            self._metadata = bytes(_calling(lambda: obstore.get(self.store, f"{self.prefix}/zarr.json").bytes()))
+        return self._metadata
 
     def shard(self) -> str:
         if self._shard is None:

@@ -125,9 +125,12 @@ class LocalArray:
     def __init__(self, array_dir: Path) -> None:
         self.array_dir = array_dir
         self.label = str(array_dir)
+        self._metadata: bytes | None = None  # read once per read: the layout, the index and the chunks all need it
 
     def metadata(self) -> bytes:
-        return (self.array_dir / "zarr.json").read_bytes()
+        if self._metadata is None:
+            self._metadata = (self.array_dir / "zarr.json").read_bytes()
+        return self._metadata
 
     def shard(self) -> Path:
         ndim = len(json.loads(self.metadata())["shape"])
