@@ -33,3 +33,23 @@ def check_version(part: str, have: int, steps: Sequence[Step]) -> None:
 
 def statements(step: str) -> list[str]:
     return [s.strip() for s in step.split(";") if s.strip()]
+
+
+def migrate_part(conn: Any, part: str, steps: Sequence[Step], mark: str) -> None:
+    """Inside the caller's transaction and lock: the part's missing steps, each recorded as it is applied. `mark` is
+    the engine's placeholder (`?` for SQLite, `%s` for Postgres); `conn` any DB-API connection with `execute`."""
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (part TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+    row = conn.execute(f"SELECT version FROM {TABLE} WHERE part = {mark}", (part,)).fetchone()
+    have = row[0] if row else 0
+    check_version(part, have, steps)
+    for version, step in enumerate(steps[have:], start=have + 1):
+        if callable(step):
+            step(conn)
+        else:
+            for statement in statements(step):
+                conn.execute(statement)
+        conn.execute(
+            f"INSERT INTO {TABLE} (part, version) VALUES ({mark}, {mark})"
+            " ON CONFLICT (part) DO UPDATE SET version = excluded.version",
+            (part, version),
+        )

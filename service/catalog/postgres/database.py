@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from service.catalog.migrations import TABLE, Step, check_version, statements
+from service.catalog.migrations import TABLE, Step, check_version, migrate_part
 from service.errors import ReadOnly
 from service.settings import ConfigError
 
@@ -70,21 +70,7 @@ class PostgresDatabase:
                 return
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                conn.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (part TEXT PRIMARY KEY, version INTEGER NOT NULL)")
-                row = conn.execute(f"SELECT version FROM {TABLE} WHERE part = %s", (part,)).fetchone()
-                have = row[0] if row else 0
-                check_version(part, have, steps)
-                for version, step in enumerate(steps[have:], start=have + 1):
-                    if callable(step):
-                        step(conn)
-                    else:
-                        for statement in statements(step):
-                            conn.execute(statement)
-                    conn.execute(
-                        f"INSERT INTO {TABLE} (part, version) VALUES (%s, %s)"
-                        " ON CONFLICT (part) DO UPDATE SET version = excluded.version",
-                        (part, version),
-                    )
+                migrate_part(conn, part, steps, "%s")
 
     def ping(self) -> None:
         with self.pool.connection() as conn:

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from service.catalog.migrations import TABLE, Step, check_version, statements
+from service.catalog.migrations import TABLE, Step, check_version, migrate_part
 from service.errors import ReadOnly
 
 log = logging.getLogger("hsstore.catalog")
@@ -90,23 +90,9 @@ class SqliteDatabase:
                 row = exists and self._db.execute(f"SELECT version FROM {TABLE} WHERE part = ?", (part,)).fetchone()
                 check_version(part, row[0] if row else 0, steps)
                 return
-            self._db.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (part TEXT PRIMARY KEY, version INTEGER NOT NULL)")
             self._db.execute("BEGIN IMMEDIATE")  # the write lock: one process migrates, the others then find it done
             try:
-                row = self._db.execute(f"SELECT version FROM {TABLE} WHERE part = ?", (part,)).fetchone()
-                have = row[0] if row else 0
-                check_version(part, have, steps)
-                for version, step in enumerate(steps[have:], start=have + 1):
-                    if callable(step):
-                        step(self._db)
-                    else:
-                        for statement in statements(step):
-                            self._db.execute(statement)
-                    self._db.execute(
-                        f"INSERT INTO {TABLE} (part, version) VALUES (?, ?)"
-                        " ON CONFLICT (part) DO UPDATE SET version = excluded.version",
-                        (part, version),
-                    )
+                migrate_part(self._db, part, steps, "?")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
