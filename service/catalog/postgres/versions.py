@@ -3,9 +3,10 @@ what was recorded) beside the key columns."""
 
 from __future__ import annotations
 
-from schemas.keys import EntryFilter, EntryKey, prefix_bounds
+from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from service.catalog.postgres.database import PostgresDatabase
+from service.catalog.version_rows import KEY_COLUMNS, ROW, document_of, key_match, manifest_of, where_clause
 
 MIGRATIONS = [
     """
@@ -27,26 +28,6 @@ CREATE INDEX versions_content ON versions (content_hash text_pattern_ops);
 CREATE INDEX versions_created ON versions (created_at)
 """
 ]
-_ROW = "SELECT seq, manifest, audit, integrity FROM versions"
-_KEY_COLUMNS = ("prompt_hash", "model_revision", "backend", "featureset_id", "content_hash")
-_FILTER_COLUMNS = {
-    "prompt_hash": "prompt_hash",
-    "model_revision": "model_revision",
-    "backend": "backend",
-    "featureset": "featureset_id",
-    "content_hash": "content_hash",
-}
-_PREFIXED = ("prompt_hash", "content_hash")
-_KEY_MATCH = " AND ".join(f"{c} = %s" for c in _KEY_COLUMNS)
-
-
-def _manifest(seq: int, document: str, audit: str | None, integrity: str | None) -> Manifest:
-    update: dict[str, object] = {"seq": seq}
-    if audit is not None:
-        update["audit"] = AuditRecord.model_validate_json(audit)
-    if integrity is not None:
-        update["integrity"] = IntegrityRecord.model_validate_json(integrity)
-    return Manifest.model_validate_json(document).model_copy(update=update)
 
 
 class PostgresVersionCatalog:
@@ -55,50 +36,35 @@ class PostgresVersionCatalog:
         db.migrate("versions", MIGRATIONS)
 
     def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
-        document = manifest.model_copy(update={"seq": None, "audit": None, "integrity": None}).model_dump_json()
-        key = tuple(getattr(manifest, c) for c in _KEY_COLUMNS)
+        key = tuple(getattr(manifest, c) for c in KEY_COLUMNS)
         with self.db.writing() as conn:
             inserted = conn.execute(
                 "INSERT INTO versions (prompt_hash, model_revision, backend, featureset_id, content_hash, created_at,"
                 " manifest) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
-                (*key, manifest.created_at, document),
+                (*key, manifest.created_at, document_of(manifest)),
             ).fetchone()
-            row = conn.execute(f"{_ROW} WHERE {_KEY_MATCH}", key).fetchone()
-        return _manifest(*row), inserted is not None
+            row = conn.execute(f"{ROW} WHERE {key_match('%s')}", key).fetchone()
+        return manifest_of(*row), inserted is not None
 
     def versions(self, key: EntryKey) -> list[Manifest]:
         with self.db.connection() as conn:
             rows = conn.execute(
-                f"{_ROW} WHERE prompt_hash = %s AND model_revision = %s AND backend = %s AND featureset_id = %s"
+                f"{ROW} WHERE prompt_hash = %s AND model_revision = %s AND backend = %s AND featureset_id = %s"
                 " ORDER BY seq DESC",
                 (key.prompt_hash, key.model_revision, key.backend, key.featureset_id),
             ).fetchall()
-        return [_manifest(*row) for row in rows]
+        return [manifest_of(*row) for row in rows]
 
     def find(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
-        clauses, params = ["seq > %s"], [after_seq]
-        for field, column in _FILTER_COLUMNS.items():
-            if (value := getattr(where, field)) is None:
-                continue
-            if field in _PREFIXED:  # a range on text_pattern_ops keeps the index usable
-                clauses.append(f"{column} >= %s AND {column} < %s")
-                params.extend(prefix_bounds(value))
-            else:
-                clauses.append(f"{column} = %s")
-                params.append(value)
-        if where.since is not None:
-            clauses.append("created_at >= %s")
-            params.append(where.since)
+        clause, params = where_clause(where, after_seq, "%s")
         with self.db.connection() as conn:
-            rows = conn.execute(
-                f"{_ROW} WHERE {' AND '.join(clauses)} ORDER BY seq LIMIT %s", (*params, limit)
-            ).fetchall()
-        return [_manifest(*row) for row in rows]
+            rows = conn.execute(f"{ROW} WHERE {clause} ORDER BY seq LIMIT %s", (*params, limit)).fetchall()
+        return [manifest_of(*row) for row in rows]
 
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
         with self.db.writing() as conn:
             conn.execute(
-                f"UPDATE versions SET audit = %s WHERE {_KEY_MATCH}",
+                f"UPDATE versions SET audit = %s WHERE {key_match('%s')}",
                 (
                     record.model_dump_json(),
                     key.prompt_hash,
