@@ -1,16 +1,19 @@
 """What both blob stores share about the one layout they write: chunk shapes, how a Selection indexes an array, the
-record an array is checked against, and byte runs of adjacent chunks."""
+record an array is checked against, reading and locating a selection array by array, and byte runs of adjacent
+chunks. A store brings only where its arrays lie (a `ShardSource` per array name)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from schemas.manifest import TensorInfo
-from schemas.tensors import DTYPES
-from service.storage.protocol import Selection
-from service.storage.shard_reader import Written
+from schemas.tensors import DTYPES, RawTensor
+from service.storage.protocol import LocatedArray, Selection
+from service.storage.shard_reader import ShardSource, Written, locate_array, read_array
+
+SourceOf = Callable[[str], ShardSource]
 
 
 def chunk_shape(shape: tuple[int, ...], chunk_tokens: int) -> tuple[int, ...]:
@@ -32,6 +35,43 @@ def read_index(selection: Selection, name: str, ndim: int) -> tuple[slice | list
 
 def written_as(tensor: TensorInfo, check_digests: bool) -> Written:
     return Written(tuple(tensor.shape), np.dtype(DTYPES[tensor.dtype][1]), tensor.chunks, check_digests)
+
+
+def read_arrays(
+    source_of: SourceOf,
+    info: Mapping[str, Mapping],
+    selection: Selection,
+    written: Mapping[str, TensorInfo] | None,
+    check_digests: bool,
+    other_layout: Callable[[str, tuple], np.ndarray] | None = None,
+) -> dict[str, RawTensor]:
+    """Every array of `info` ({name: {dtype, shape}}) read at `selection`; with `written`, each checked against it.
+    An array not in our layout is read by `other_layout` (name, index), else refused (ValueError)."""
+    out: dict[str, RawTensor] = {}
+    for name in sorted(info):
+        index = read_index(selection, name, len(info[name]["shape"]))
+        record = written_as(written[name], check_digests) if written is not None else None
+        data = read_array(source_of(name), index, record)
+        if data is None:
+            if other_layout is None:
+                raise ValueError(f"{name}: not the layout this store writes")
+            data = other_layout(name, index)
+        out[name] = RawTensor.from_numpy(name, info[name]["dtype"], np.asarray(data))
+    return out
+
+
+def locate_arrays(
+    source_of: SourceOf, selection: Selection, written: Mapping[str, TensorInfo]
+) -> dict[str, LocatedArray] | None:
+    """Where each array's chunks for `selection` lie; None if any array is not in our layout."""
+    located = {}
+    for name, tensor in sorted(written.items()):
+        index = read_index(selection, name, len(tensor.shape))
+        found = locate_array(source_of(name), index, written_as(tensor, False))
+        if found is None:
+            return None
+        located[name] = LocatedArray(found.layout.blosc, found.chunks)
+    return located
 
 
 def runs(chunks: Sequence[tuple[int, int, int]]) -> Iterator[tuple[int, int]]:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-import numpy as np
 import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError
 
@@ -29,9 +28,9 @@ from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
 from service.errors import ReadOnly
 from service.settings import ConfigError
-from service.storage.layout import chunk_shape, read_index, runs, written_as
+from service.storage.layout import chunk_shape, locate_arrays, read_arrays, runs
 from service.storage.protocol import LocatedArray, Selection, Stored
-from service.storage.shard_reader import locate_array, read_array, shard_key
+from service.storage.shard_reader import shard_key
 from service.storage.shard_writer import encode_array
 
 T = TypeVar("T")
@@ -187,15 +186,9 @@ class ObjectZarrStore:
             info = {name: {"dtype": t.dtype, "shape": t.shape} for name, t in written.items()}
         else:
             info = self._tensors(content_hash)
-        out: dict[str, RawTensor] = {}
-        for name in sorted(info):
-            index = read_index(selection, name, len(info[name]["shape"]))
-            record = written_as(written[name], check_digests) if written is not None else None
-            data = read_array(ObjectArray(self.store, f"{prefix}/{name}"), index, record)
-            if data is None:
-                raise ValueError(f"{name}: not the layout this store writes")
-            out[name] = RawTensor.from_numpy(name, info[name]["dtype"], np.asarray(data))
-        return out
+        return read_arrays(
+            lambda name: ObjectArray(self.store, f"{prefix}/{name}"), info, selection, written, check_digests
+        )
 
     def locate(
         self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo]
@@ -203,14 +196,7 @@ class ObjectZarrStore:
         prefix = self._prefix(content_hash)
         if not self.exists(content_hash):
             raise KeyError(content_hash)
-        located = {}
-        for name, tensor in sorted(written.items()):
-            source = ObjectArray(self.store, f"{prefix}/{name}")
-            found = locate_array(source, read_index(selection, name, len(tensor.shape)), written_as(tensor, False))
-            if found is None:
-                return None
-            located[name] = LocatedArray(found.layout.blosc, found.chunks)
-        return located
+        return locate_arrays(lambda name: ObjectArray(self.store, f"{prefix}/{name}"), selection, written)
 
     def read_located(self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]) -> Iterator[bytes]:
         """Fetched now, concurrently (adjacent chunks as one ranged GET each run): the service relays these bytes;

@@ -22,9 +22,9 @@ from schemas.keys import is_content_hash
 from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
 from service.errors import ReadOnly
-from service.storage.layout import chunk_shape, read_index, runs, written_as
+from service.storage.layout import chunk_shape, locate_arrays, read_arrays, runs
 from service.storage.protocol import LocatedArray, Selection, Stored
-from service.storage.shard_reader import LocalArray, locate_array, read_array
+from service.storage.shard_reader import LocalArray
 from service.storage.shard_writer import write_array, write_group
 
 
@@ -161,15 +161,15 @@ class LocalZarrStore:
             info = {name: {"dtype": t.dtype, "shape": t.shape} for name, t in written.items()}
         else:
             info = json.loads((root / "zarr.json").read_text())["attributes"]["hsstore"]["tensors"]
-        out: dict[str, RawTensor] = {}
-        for name in sorted(info):
-            index = read_index(selection, name, len(info[name]["shape"]))
-            record = written_as(written[name], check_digests) if written is not None else None
-            data = read_array(LocalArray(root / name), index, record)
-            if data is None:  # not the layout we write: let zarr read it
-                data = self._open(content_hash)[name].get_orthogonal_selection(index)
-            out[name] = RawTensor.from_numpy(name, info[name]["dtype"], data)
-        return out
+        return read_arrays(
+            lambda name: LocalArray(root / name),
+            info,
+            selection,
+            written,
+            check_digests,
+            # not the layout we write: let zarr read it
+            lambda name, index: self._open(content_hash)[name].get_orthogonal_selection(index),
+        )
 
     def locate(
         self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo]
@@ -177,15 +177,7 @@ class LocalZarrStore:
         root = self._path(content_hash)
         if not root.is_dir():
             raise KeyError(content_hash)
-        located = {}
-        for name, tensor in sorted(written.items()):
-            found = locate_array(
-                LocalArray(root / name), read_index(selection, name, len(tensor.shape)), written_as(tensor, False)
-            )
-            if found is None:
-                return None
-            located[name] = LocatedArray(found.layout.blosc, found.chunks)
-        return located
+        return locate_arrays(lambda name: LocalArray(root / name), selection, written)
 
     def read_located(self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]) -> Iterator[bytes]:
         """Pieces of an mmap of the shard (no copy here; the socket reads the page cache): adjacent chunks, as a
