@@ -17,31 +17,18 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import boto3
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.serve import GB, Variant, free_port, populate, process_cpu_s
+from benchmarks.serve import GB, Variant, free_port, populate, process_cpu_s, start_service, wait_ready
 from client import FeatureClient
 from service.main import build_services
 from service.settings import Settings
 
-REPO = Path(__file__).resolve().parents[1]
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
-
-
-def wait_ready(url: str) -> None:
-    for _ in range(600):
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise SystemExit(f"{url} did not come up")
 
 
 def main() -> None:
@@ -56,7 +43,7 @@ def main() -> None:
     if args.quick:
         args.entries, args.rounds = 4, 2
 
-    s3_port, api_port = free_port(), free_port()
+    s3_port = free_port()
     endpoint = f"http://127.0.0.1:{s3_port}"
     moto = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
@@ -74,15 +61,7 @@ def main() -> None:
         manifests, _, _ = populate(services.writer, args.entries, args.tokens, args.hidden)
         services.close()
         payload_gb = sum(m.num_tokens * (5 * args.hidden * 2 + 4) for m in manifests) / GB
-        server = subprocess.Popen(
-            [sys.executable, "-m", "hsstore.cli", "serve"],
-            env={**os.environ, **env, "HSSTORE_DATA_DIR": str(root), "HSSTORE_PORT": str(api_port)},
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{api_port}"
-        wait_ready(f"{url}/readyz")
+        server, url = start_service(root, env)
         keys = [m.feature_key() for m in manifests]
         expected = [m.content_hash for m in manifests]
         relayed, direct = FeatureClient(url), FeatureClient(url, direct_reads=True)

@@ -13,23 +13,19 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.serve import free_port, populate
+from benchmarks.serve import populate, start_service
 from client import EntryStream, pad_collate
 from service.main import build_services
 from service.settings import Settings
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
@@ -48,23 +44,8 @@ def main() -> None:
     services = build_services(Settings(data_dir=root))
     populate(services.writer, args.entries, args.tokens, args.hidden)
     services.close()
-    port = free_port()
-    env = {**os.environ, "HSSTORE_DATA_DIR": str(root), "HSSTORE_PORT": str(port)}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "hsstore.cli", "serve"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_service(root)
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         stream = EntryStream(url, seed=0, prefetch=2)
         loader = DataLoader(stream, batch_size=args.batch, num_workers=args.workers, collate_fn=pad_collate)
         epochs = []

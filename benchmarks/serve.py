@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +115,39 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_ready(url: str) -> None:
+    """Until `url` answers without a server error (a minute at most)."""
+    for _ in range(600):
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit(f"{url} did not come up")
+
+
+def start_service(data_dir: Path, env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`hsstore serve` with no model over `data_dir`, in its own process on a free port of 127.0.0.1, once ready."""
+    port = free_port()
+    environment = {**os.environ, **(env or {}), "HSSTORE_DATA_DIR": str(data_dir), "HSSTORE_PORT": str(port)}
+    environment["HSSTORE_HOST"] = "127.0.0.1"
+    environment.pop("HSSTORE_MODEL_DIR", None)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "hsstore.cli", "serve"],
+        env=environment,
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(f"{url}/readyz")
+    except BaseException:
+        server.terminate()
+        raise
+    return server, url
+
+
 def process_cpu_s(pid: int) -> float:
     """utime + stime of another process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -191,24 +224,8 @@ def main() -> None:
             if check == "hash":
                 assert content_hash(tensors.values()) == m.content_hash
 
-    port = free_port()
-    env = {**os.environ, "HSSTORE_DATA_DIR": str(root), "HSSTORE_PORT": str(port), "HSSTORE_HOST": "127.0.0.1"}
-    env.pop("HSSTORE_MODEL_DIR", None)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "hsstore.cli", "serve"],
-        env=env,
-        cwd=Path(__file__).resolve().parents[1],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = start_service(root)
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
         keys = [m.feature_key() for m in manifests]
         expected = [m.content_hash for m in manifests]
         chunked = FeatureClient(url, max_connections=args.parallel)
