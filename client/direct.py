@@ -12,6 +12,7 @@ import httpx
 from client.errors import IntegrityError
 from client.features import Features
 from client.receive import ChunkDecoder, Verify
+from client.transport import fill
 from schemas.chunk_wire import DirectEntry
 from schemas.manifest import Manifest
 from schemas.wire import WireFormatError
@@ -47,17 +48,12 @@ def read_direct(entry: DirectEntry, objects: httpx.Client, pool: ThreadPoolExecu
     def fetch(run: tuple[str, int, int, int]) -> None:
         """One ranged GET, streamed into its place in the buffer (no joined copy of the response)."""
         url, shard_at, body_at, length = run
-        filled = body_at
         with objects.stream("GET", url, headers={"Range": f"bytes={shard_at}-{shard_at + length - 1}"}) as response:
             if response.status_code != 206:
                 raise IntegrityError(f"the object store answered a ranged GET with HTTP {response.status_code}")
-            for piece in response.iter_raw():
-                if filled + len(piece) > body_at + length:
-                    raise IntegrityError(f"the object store sent more than the {length} bytes asked for")
-                view[filled : filled + len(piece)] = piece
-                filled += len(piece)
-        if filled != body_at + length:
-            raise IntegrityError(f"the object store sent {filled - body_at} of {length} bytes")
+            filled = fill(view[body_at : body_at + length], response.iter_raw())
+        if filled != length:
+            raise IntegrityError(f"the object store sent {filled} of {length} bytes")
 
     list(pool.map(fetch, _runs(entry)))
     decoder = ChunkDecoder.of_data(header, manifest, view, verify)

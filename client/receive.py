@@ -22,6 +22,7 @@ from numcodecs import Blosc
 
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
+from client.transport import fill
 from schemas import chunk_wire
 from schemas.chunks import ChunkDigests, as_positions, crc_ok, grid, touched, unflatten
 from schemas.content_hash import content_hash
@@ -199,16 +200,8 @@ def receive_chunks(pieces: Iterable[bytes], length: int, pool: BufferPool, verif
     buffer = pool.take(length)
     view = memoryview(buffer)[:length]
     decoder = ChunkDecoder(view, verify)
-    filled = 0
     try:
-        for piece in pieces:
-            end = filled + memoryview(piece).nbytes
-            if end > length:
-                raise IntegrityError(f"the body runs past its {length} bytes")
-            view[filled:end] = piece
-            filled = end
-            decoder.feed(filled)
-        return decoder.finish(filled)
+        return decoder.finish(fill(view, pieces, decoder.feed))
     finally:
         decoder.wait()
         pool.give(buffer)
@@ -235,10 +228,7 @@ class Pieces:
 
     def read(self, n: int) -> bytearray:
         buffer = bytearray(n)
-        filled = 0
-        for part in self.take(n):
-            buffer[filled : filled + part.nbytes] = part
-            filled += part.nbytes
+        fill(memoryview(buffer), self.take(n))
         return buffer
 
     def at_end(self) -> bool:

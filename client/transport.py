@@ -4,7 +4,7 @@ tests), failures turned into the client's own errors, bodies streamed into one b
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -77,12 +77,7 @@ class Transport:
                 grown += chunk
             return grown
         body = bytearray(length)
-        view, filled = memoryview(body), 0
-        for chunk in response.iter_raw():
-            if filled + len(chunk) > length:
-                raise IntegrityError(f"the body runs past its {length} bytes")
-            view[filled : filled + len(chunk)] = chunk
-            filled += len(chunk)
+        filled = fill(memoryview(body), response.iter_raw())
         if filled != len(body):
             raise IntegrityError(f"received {filled} of {len(body)} bytes")
         return body
@@ -114,6 +109,21 @@ class Transport:
             f"{response.status_code} ({kind}), not as an hsstore service does: is this the right URL?",
             response.status_code,
         )
+
+
+def fill(view: memoryview, pieces: Iterable[bytes], on_piece: Callable[[int], None] | None = None) -> int:
+    """Copy `pieces` one after another into `view` from its start; how many bytes came. IntegrityError if they run
+    past its end; `on_piece(filled)` after each (what lets a decoder start on what has arrived)."""
+    filled = 0
+    for piece in pieces:
+        end = filled + memoryview(piece).nbytes
+        if end > view.nbytes:
+            raise IntegrityError(f"the body runs past its {view.nbytes} bytes")
+        view[filled:end] = piece
+        filled = end
+        if on_piece is not None:
+            on_piece(filled)
+    return filled
 
 
 def content_length(response: httpx.Response) -> int | None:
