@@ -31,6 +31,7 @@ from client.errors import (
 )
 from client.features import Features
 from client.guard import check_backends, live_backend
+from client.teacher import TopK, kl_to_student, student_log_probs
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash
 
@@ -78,10 +79,13 @@ __all__ = [
     "ServerError",
     "StorageFullError",
     "TooLargeError",
+    "TopK",
     "WindowClosedError",
     "check_backends",
+    "kl_to_student",
     "live_backend",
     "pack_collate",
     "pad_collate",
     "prompt_hash",
+    "student_log_probs",
 ]

@@ -357,18 +357,24 @@ class FeatureClient:
         *,
         jsonl: bytes | None = None,
         backends: Sequence[str] = ("auto",),
-        layers: Sequence[LayerId] | None = None,
+        layers: FeatureSet | Sequence[LayerId] | None = None,
         completion: str | None = None,
         priority: int = 0,
         run_now: bool = False,
     ) -> JobStatus:
-        """A warm job from samples, or from a JSONL upload as it is on disk (one sample per line)."""
+        """A warm job from samples, or from a JSONL upload as it is on disk (one sample per line). `layers`: a layer
+        list or a whole FeatureSet (dtype, target_ids, top_k)."""
         if (samples is None) == (jsonl is None):
             raise ValueError("give samples or jsonl")
+        featureset = featureset_of(layers)
         if jsonl is not None:
             params: dict[str, Any] = {"backend": list(backends), "priority": priority, "run_now": run_now}
-            if layers is not None:
-                params["layers"] = ",".join(map(str, layers))
+            if featureset is not None:
+                params["layers"] = ",".join(map(str, featureset.layers))
+                params["dtype"] = featureset.dtype
+                params["target_ids"] = featureset.target_ids
+                if featureset.top_k is not None:
+                    params["top_k"] = featureset.top_k
             if completion is not None:
                 params["completion"] = completion
             headers = {"content-type": "application/x-ndjson"}
@@ -377,7 +383,7 @@ class FeatureClient:
             request = JobRequest(
                 samples=[dict(s) for s in samples or []],
                 backends=list(backends),
-                featureset=featureset_of(layers),
+                featureset=featureset,
                 completion=completion,
                 priority=priority,
                 run_now=run_now,

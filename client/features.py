@@ -10,11 +10,13 @@ from client.errors import IntegrityError
 from schemas import wire
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
-from schemas.manifest import Manifest
+from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, TOPK_IDS, TOPK_LOGPROBS, TOPK_MASS, Manifest
 from schemas.tensors import RawTensor
 
 if TYPE_CHECKING:  # torch is imported on first use, so the CLI's commands that need no tensors start fast
     import torch
+
+    from client.teacher import TopK
 
 
 def _torch(tensor: RawTensor) -> torch.Tensor:
@@ -32,8 +34,30 @@ class Features:
 
     @property
     def hidden_states(self) -> torch.Tensor:
-        """[T, n_layers, H] bfloat16."""
-        return _torch(self.tensors["hidden_states"])
+        """[T, n_layers, H] bfloat16 (an fp8 featureset's dequantised here: `fp8` gives the stored values)."""
+        if HIDDEN_SCALES in self.tensors:
+            from schemas.fp8 import dequantise
+
+            return dequantise(*self.fp8)
+        return _torch(self.tensors[HIDDEN_STATES])
+
+    @property
+    def fp8(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """An fp8 featureset's hidden states as stored: float8_e4m3fn [T, n_layers, H] and float32 scales [T, n_layers]
+        (value = fp8 * scale; `schemas.fp8`). ValueError for a bfloat16 featureset."""
+        if HIDDEN_SCALES not in self.tensors:
+            raise ValueError(f"featureset {self.manifest.featureset_id} stores {self.manifest.featureset.dtype}")
+        return _torch(self.tensors[HIDDEN_STATES]), _torch(self.tensors[HIDDEN_SCALES])
+
+    @property
+    def teacher(self) -> TopK | None:
+        """A `top_k` featureset's next-token distribution of the target (`client.teacher` says how to normalise)."""
+        if TOPK_IDS not in self.tensors:
+            return None
+        from client.teacher import TopK
+
+        ids = _torch(self.tensors[TOPK_IDS]).long()
+        return TopK(ids, _torch(self.tensors[TOPK_LOGPROBS]), _torch(self.tensors[TOPK_MASS]))
 
     @property
     def input_ids(self) -> torch.Tensor:

@@ -40,6 +40,8 @@ def to_sample(features: Features) -> Sample:
         sample["loss_mask"] = features.loss_mask
     if features.target_ids is not None:
         sample["target_ids"] = features.target_ids
+    if (teacher := features.teacher) is not None:
+        sample.update(topk_ids=teacher.ids, topk_logprobs=teacher.logprobs, topk_mass=teacher.mass)
     return sample
 
 
@@ -154,13 +156,21 @@ class EntryStream(IterableDataset[Sample]):
                 yield to_sample(pending.popleft().result())
 
 
+_PER_TOKEN = ("loss_mask", "target_ids", "topk_ids", "topk_logprobs", "topk_mass")
+
+
+def _collated_dtype(values: torch.Tensor) -> torch.dtype:
+    """Ids and masks batch as int64 (what embedding lookups and losses take), probabilities keep their float32."""
+    return values.dtype if values.is_floating_point() else torch.long
+
+
 def _per_token(samples: list[Sample], name: str) -> list[torch.Tensor] | None:
     """Each sample's `name` tensor, or None when no sample has one.
 
     `loss_mask` convention: an entry without one (no completion: every token is the prompt) trains on every token,
     so in a batch where some entries have a mask, the others get all ones; a batch where none has one carries no
-    mask, which means the same. `target_ids` come from the featureset: a batch mixing entries with and without
-    them is refused rather than filled with made-up targets."""
+    mask, which means the same. `target_ids` and the teacher's `topk_*` come from the featureset: a batch mixing
+    entries with and without them is refused rather than filled with made-up targets."""
     present = [name in s for s in samples]
     if not any(present):
         return None
@@ -173,9 +183,9 @@ def _per_token(samples: list[Sample], name: str) -> list[torch.Tensor] | None:
 
 
 def pad_collate(samples: list[Sample]) -> dict[str, Any]:
-    """Right-pad to the longest: hidden_states [B, T, L, H], input_ids/loss_mask/target_ids [B, T], attention_mask.
-    Pads are 0 everywhere (loss_mask 0 and attention_mask False on pads); see `_per_token` for the loss_mask of
-    entries without a completion."""
+    """Right-pad to the longest: hidden_states [B, T, L, H], input_ids/loss_mask/target_ids [B, T], attention_mask,
+    and for a top-k featureset topk_ids/topk_logprobs [B, T, k] and topk_mass [B, T]. Pads are 0 everywhere
+    (loss_mask 0 and attention_mask False on pads); see `_per_token` for the loss_mask of entries without one."""
     lengths = [s["input_ids"].shape[0] for s in samples]
     longest = max(lengths)
     first = samples[0]["hidden_states"]
@@ -187,9 +197,9 @@ def pad_collate(samples: list[Sample]) -> dict[str, Any]:
         "lengths": torch.tensor(lengths),
         "content_hash": [s["content_hash"] for s in samples],
     }
-    per_token = {name: values for name in ("loss_mask", "target_ids") if (values := _per_token(samples, name))}
-    for name in per_token:
-        batch[name] = torch.zeros((len(samples), longest), dtype=torch.long)
+    per_token = {name: values for name in _PER_TOKEN if (values := _per_token(samples, name))}
+    for name, values in per_token.items():
+        batch[name] = torch.zeros((len(samples), longest, *values[0].shape[1:]), dtype=_collated_dtype(values[0]))
     for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
         hidden[row, :length] = sample["hidden_states"]
         batch["input_ids"][row, :length] = sample["input_ids"]
@@ -210,7 +220,7 @@ def pack_collate(samples: list[Sample]) -> dict[str, Any]:
         "cu_seqlens": torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32),
         "content_hash": [s["content_hash"] for s in samples],
     }
-    for name in ("loss_mask", "target_ids"):
+    for name in _PER_TOKEN:
         if (values := _per_token(samples, name)) is not None:
-            batch[name] = torch.cat([v.long() for v in values])
+            batch[name] = torch.cat([v.to(_collated_dtype(v)) for v in values])
     return batch

@@ -55,12 +55,16 @@ class SampleFile:
         return message
 
 
-def featureset_option(layers: str | None) -> FeatureSet | None:
-    """`--layers 16,1,embed`: any order, normalised by FeatureSet."""
+def featureset_option(
+    layers: str | None, dtype: str = "bfloat16", target_ids: bool = False, top_k: int | None = None
+) -> FeatureSet | None:
+    """`--layers 16,1,embed` (any order, normalised by FeatureSet), with `--dtype`, `--target-ids`, `--top-k`."""
     if layers is None:
+        if dtype != "bfloat16" or target_ids or top_k is not None:
+            raise CliError("--dtype, --target-ids and --top-k describe a featureset: give its --layers too")
         return None
     try:
-        return FeatureSet(layers=parse_layers(layers))
+        return FeatureSet(layers=parse_layers(layers), dtype=dtype, target_ids=target_ids, top_k=top_k)  # type: ignore[arg-type]
     except ValidationError as exc:
         reasons = describe_errors(exc.errors(include_url=False, include_input=False))
         raise CliError(f"--layers {layers}: {reasons}") from None

@@ -13,10 +13,13 @@ from hsstore.cli_errors import CliError
 from hsstore.cli_input import SampleFile, featureset_option
 from hsstore.cli_options import (
     DEFAULT_URL,
+    DtypeOption,
     JsonOption,
     LayersOption,
     SamplesArgument,
+    TargetIdsOption,
     TokenOption,
+    TopKOption,
     UrlOption,
     client_for,
     console,
@@ -30,12 +33,15 @@ def extract(
     token: TokenOption = None,
     backend: Annotated[str | None, typer.Option(help="auto, fla, fla-noconv or torch")] = None,
     layers: LayersOption = None,
+    dtype: DtypeOption = "bfloat16",
+    target_ids: TargetIdsOption = False,
+    top_k: TopKOption = None,
     batch: Annotated[int, typer.Option(min=1, help="samples per request")] = 8,
     as_json: JsonOption = False,
 ) -> None:
     """Extract (or find stored) features for every sample of a JSONL file now; prints each sample's prompt hash."""
     samples = SampleFile(jsonl)
-    featureset = featureset_option(layers)
+    featureset = featureset_option(layers, dtype, target_ids, top_k)
     counts = {"extracted": 0, "existing": 0}
     with client_for(url, token) as client, progress_bar() as progress:
         task = progress.add_task("extract", total=len(samples.samples))
@@ -80,6 +86,9 @@ def estimate(
         list[str] | None, typer.Option(help="backends to extract for (repeatable); default auto")
     ] = None,
     layers: LayersOption = None,
+    dtype: DtypeOption = "bfloat16",
+    target_ids: TargetIdsOption = False,
+    top_k: TopKOption = None,
     tokens_per_s: Annotated[
         float | None, typer.Option(help="the GPU's rate, if this service has none recorded")
     ] = None,
@@ -89,7 +98,10 @@ def estimate(
     samples = SampleFile(jsonl)
     with client_for(url, token) as client:
         report = client.estimate(
-            samples.samples, featureset_option(layers), backend or ["auto"], tokens_per_s=tokens_per_s
+            samples.samples,
+            featureset_option(layers, dtype, target_ids, top_k),
+            backend or ["auto"],
+            tokens_per_s=tokens_per_s,
         )
     if as_json:
         typer.echo(report.model_dump_json())
@@ -140,6 +152,9 @@ def warm(
     ] = None,
     completion: Annotated[str | None, typer.Option(help="greedy:N for samples without a completion")] = None,
     layers: LayersOption = None,
+    dtype: DtypeOption = "bfloat16",
+    target_ids: TargetIdsOption = False,
+    top_k: TopKOption = None,
     priority: Annotated[int, typer.Option()] = 0,
     now: Annotated[bool, typer.Option("--now", help="run outside any window (admin)")] = False,
     wait: Annotated[bool, typer.Option(help="follow the job with a progress bar until it ends")] = True,
@@ -148,7 +163,7 @@ def warm(
     from client import HsstoreError
 
     samples = SampleFile(jsonl)
-    featureset = featureset_option(layers)
+    featureset = featureset_option(layers, dtype, target_ids, top_k)
     with client_for(url, token) as client:
         try:
             status = client.submit_job(
@@ -156,7 +171,7 @@ def warm(
                 backends=backend or ["auto"],
                 completion=completion,
                 priority=priority,
-                layers=featureset.layers if featureset else None,
+                layers=featureset,
                 run_now=now,
             )
         except HsstoreError as exc:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from schemas.chunks import crc32c, crc_ok, entry_digest, grid, touched
 from schemas.featureset import LayerId
-from schemas.manifest import HIDDEN_STATES, Manifest
+from schemas.manifest import LAYER_ARRAYS, Manifest
 from schemas.wire import WireFormatError
 
 MEDIA_TYPE = "application/x-hsstore-chunks"
@@ -100,7 +100,7 @@ class ChunkHeader(BaseModel):
                 raise WireFormatError(f"{array.name}: not the chunk shape it was written with")
             if tuple(array.rows) != tuple(self.tokens) or not 0 <= array.rows[0] <= array.rows[1] <= array.shape[0]:
                 raise WireFormatError(f"{array.name}: rows {array.rows} are not the tokens served")
-            if array.name == HIDDEN_STATES:
+            if array.name in LAYER_ARRAYS:
                 positions = array.axis1 if array.axis1 is not None else list(range(array.shape[1]))
                 if positions != layer_positions:
                     raise WireFormatError(f"{array.name}: the positions sent are not the layers served")

@@ -27,6 +27,11 @@ BLOSC: dict[StoreCodec, BloscParams] = {
     StoreCodec.ZSTD1_SHUFFLE: BloscParams("zstd", 1, "shuffle"),
 }
 DEFAULT_CODEC = StoreCodec.LZ4_BITSHUFFLE
-# What each codec gave on the 27B target's hidden states (benchmarks/results/codecs-h200.json): an estimate's ratio
-# before any entry of the featureset is stored here.
-MEASURED_RATIO: dict[StoreCodec, float] = {StoreCodec.LZ4_BITSHUFFLE: 1.246, StoreCodec.ZSTD1_SHUFFLE: 1.290}
+# What each codec gave on the 27B target's entries, per featureset dtype (bf16: benchmarks/results/codecs-h200.json;
+# fp8 with its scales: benchmarks/results/featuresets-h200.json): an estimate's ratio before any entry of the
+# featureset is stored here. A pair not measured is not guessed: the estimate then assumes no compression.
+MEASURED_RATIO: dict[tuple[StoreCodec, str], float] = {
+    (StoreCodec.LZ4_BITSHUFFLE, "bfloat16"): 1.246,
+    (StoreCodec.ZSTD1_SHUFFLE, "bfloat16"): 1.290,
+    (StoreCodec.LZ4_BITSHUFFLE, "float8_e4m3fn"): 1.079,
+}

@@ -1,4 +1,5 @@
-"""Featuresets: which layers (DFlash convention) and dtype an entry holds, and their short content id."""
+"""Featuresets: which layers (DFlash convention), in which dtype, and what of the target's next-token distribution an
+entry holds, and their short content id."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from schemas.prompt_hash import canonical_json
 EMBED = "embed"
 FINAL_NORM = "final_norm"
 LayerId = int | Literal["embed", "final_norm"]
+# bfloat16 as the model computes it, or float8 (e4m3) with one float32 scale per token and layer (`schemas/fp8.py`)
+FeatureDtype = Literal["bfloat16", "float8_e4m3fn"]
+MAX_TOP_K = 1024
 
 
 def layer_order(layer: LayerId) -> int:
@@ -56,13 +60,15 @@ def normalise_layers(layers: list[LayerId]) -> list[LayerId]:
 
 
 class FeatureSet(BaseModel):
-    """The layer list and dtype; `target_ids` adds the target's argmax next tokens."""
+    """The layer list and dtype; `target_ids` adds the target's argmax next tokens, `top_k` its k most likely next
+    tokens with their log-probabilities (over the whole vocabulary) and the probability mass they hold."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     layers: Annotated[list[LayerId], Field(min_length=1, max_length=1024)]
-    dtype: Literal["bfloat16"] = "bfloat16"
+    dtype: FeatureDtype = "bfloat16"
     target_ids: bool = False
+    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] | None = None
 
     @field_validator("layers")
     @classmethod
@@ -74,18 +80,29 @@ class FeatureSet(BaseModel):
         return normalise_layers(layers)
 
     def canonical(self) -> dict[str, object]:
-        """The identity form: `target_ids` appears only when set, so plain layer sets hash as DESIGN.md says."""
+        """The identity form: `target_ids` and `top_k` appear only when set, so plain layer sets hash as they always
+        have."""
         form: dict[str, object] = {"layers": list(self.layers), "dtype": self.dtype}
         if self.target_ids:
             form["target_ids"] = True
+        if self.top_k is not None:
+            form["top_k"] = self.top_k
         return form
+
+    @property
+    def needs_logits(self) -> bool:
+        """Whether an extraction runs the lm_head (in chunks) after the final norm."""
+        return self.target_ids or self.top_k is not None
 
     @property
     def id(self) -> str:
         return hashlib.sha256(canonical_json(self.canonical())).hexdigest()[:16]
 
-    def check_against(self, num_layers: int) -> None:
-        """Raise ValueError if a layer index does not exist in a model of `num_layers` decoder layers."""
+    def check_against(self, num_layers: int, vocab_size: int | None = None) -> None:
+        """Raise ValueError if a layer index does not exist in a model of `num_layers` decoder layers, or `top_k`
+        exceeds its vocabulary."""
+        if self.top_k is not None and vocab_size is not None and self.top_k > vocab_size:
+            raise ValueError(f"top_k {self.top_k} exceeds the model's vocabulary of {vocab_size}")
         for layer in self.layers:
             if isinstance(layer, int) and layer >= num_layers:
                 raise ValueError(

@@ -14,7 +14,12 @@ from schemas.keys import EntryKey, FeatureKey
 from schemas.states import AuditStatus, CompletionSource, Integrity
 
 SCHEMA_VERSION = 1
-HIDDEN_STATES = "hidden_states"  # the array whose axis 1 holds the featureset's layers
+HIDDEN_STATES = "hidden_states"  # [T, n_layers, H]: axis 1 holds the featureset's layers
+HIDDEN_SCALES = "hidden_scales"  # [T, n_layers] float32: an fp8 featureset's scale per token and layer
+LAYER_ARRAYS = (HIDDEN_STATES, HIDDEN_SCALES)  # the arrays whose axis 1 is the featureset's layers
+TOPK_IDS = "topk_ids"  # [T, k] int32: a `top_k` featureset's most likely next tokens, most likely first
+TOPK_LOGPROBS = "topk_logprobs"  # [T, k] float32: their log-probabilities over the whole vocabulary
+TOPK_MASS = "topk_mass"  # [T] float32: the probability the k hold together (what renormalising divides by)
 
 
 class TensorInfo(BaseModel):

@@ -1,7 +1,7 @@
 """Raw tensors as the contract sees them: a name, a dtype name, a shape and little-endian bytes.
 
 The service and the client convert torch tensors to and from this form here, so content hashing and the wire format
-never depend on torch internals. bf16 has no numpy dtype: it travels as its raw 2-byte patterns.
+never depend on torch internals. bf16 and fp8 have no numpy dtype: they travel as their raw bit patterns.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ DTYPES: dict[str, tuple[int, str, str]] = {
     "int64": (8, "<i8", "I64"),
     "uint8": (1, "u1", "U8"),
     "uint16": (2, "<u2", "U16"),
+    "float8_e4m3fn": (1, "u1", "F8_E4M3"),  # no numpy dtype either: its 1-byte patterns
 }
 SAFETENSORS_TO_DTYPE = {st: name for name, (_, _, st) in DTYPES.items()}
 

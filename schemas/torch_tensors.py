@@ -15,16 +15,22 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "int32": torch.int32,
     "int64": torch.int64,
     "uint8": torch.uint8,
+    "float8_e4m3fn": torch.float8_e4m3fn,
 }
 _NAMES = {dtype: name for name, dtype in TORCH_DTYPES.items()}
 
 
 def from_torch(name: str, tensor: torch.Tensor) -> RawTensor:
-    """A CPU tensor's bytes as a RawTensor (bf16 read as its 2-byte patterns)."""
+    """A CPU tensor's bytes as a RawTensor (bf16 and fp8 read as their bit patterns)."""
     if tensor.dtype not in _NAMES:
         raise ValueError(f"{name}: unsupported dtype {tensor.dtype}")
     tensor = tensor.detach().to("cpu").contiguous()
-    flat = tensor.view(torch.int16) if tensor.dtype in (torch.bfloat16, torch.float16) else tensor
+    if tensor.dtype in (torch.bfloat16, torch.float16):
+        flat = tensor.view(torch.int16)
+    elif tensor.dtype == torch.float8_e4m3fn:
+        flat = tensor.view(torch.uint8)
+    else:
+        flat = tensor
     return RawTensor(name, _NAMES[tensor.dtype], tuple(tensor.shape), byte_view(flat.numpy()))
 
 

@@ -74,9 +74,7 @@ class Auditor:
             a_content_hash=first.content_hash,
             b_content_hash=second.content_hash,
             extracted=extracted,
-            layers=compare_hidden_states(
-                left.tensors["hidden_states"], right.tensors["hidden_states"], list(first.featureset.layers)
-            ),
+            layers=compare_hidden_states(left.tensors, right.tensors, list(first.featureset.layers)),
         )
 
     def _extract_like(self, key: FeatureKey, backend: Backend) -> Manifest:

@@ -2,20 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 
 from schemas.api import LayerComparison
 from schemas.featureset import LayerId
+from schemas.fp8 import dequantise
+from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import to_torch
 
 
-def compare_hidden_states(a: RawTensor, b: RawTensor, layers: list[LayerId]) -> list[LayerComparison]:
-    """Both [T, n_layers, H] bf16. Cosine per token, then mean/min over tokens; max |a-b|; bitwise-equal fraction."""
-    bits_a, bits_b = to_torch(a).view(torch.int16), to_torch(b).view(torch.int16)
+def _values(tensors: Mapping[str, RawTensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the stored bits as integers, the values as float32), both [T, n_layers, H]; fp8 dequantised."""
+    stored = to_torch(tensors[HIDDEN_STATES])
+    if HIDDEN_SCALES in tensors:
+        return stored.view(torch.uint8), dequantise(stored, to_torch(tensors[HIDDEN_SCALES]), torch.float32)
+    return stored.view(torch.int16), stored.float()
+
+
+def compare_hidden_states(
+    a: Mapping[str, RawTensor], b: Mapping[str, RawTensor], layers: list[LayerId]
+) -> list[LayerComparison]:
+    """Two entries' tensors, of one featureset. Cosine per token, then mean/min over tokens; max |a-b|;
+    bitwise-equal fraction of the stored values."""
+    (bits_a, values_a), (bits_b, values_b) = _values(a), _values(b)
     out = []
     for position, layer in enumerate(layers):
-        x, y = to_torch(a)[:, position].float(), to_torch(b)[:, position].float()
+        x, y = values_a[:, position], values_b[:, position]
         cosine = torch.nn.functional.cosine_similarity(x, y, dim=-1, eps=1e-12)
         out.append(
             LayerComparison(

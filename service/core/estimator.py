@@ -9,6 +9,7 @@ from math import prod
 
 from schemas.api import EstimateReport, EstimateRequest
 from schemas.codecs import MEASURED_RATIO, StoreCodec
+from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter
 from schemas.tensors import DTYPES
 from service.catalog.protocol import JobStore, VersionCatalog
@@ -17,7 +18,20 @@ from service.core.prepare import RequestPreparer
 from service.storage.protocol import BlobStore
 
 _SAMPLED_ENTRIES = 64  # stored entries a ratio is measured on
-_INT32, _BF16, _UINT8 = 4, 2, 1
+_INT32, _FLOAT32, _UINT8 = 4, 4, 1
+
+
+def _hidden_bytes_per_token(featureset: FeatureSet, hidden_size: int) -> int:
+    """hidden_states, plus an fp8 featureset's float32 scale per layer."""
+    layers = len(featureset.layers)
+    value = DTYPES[featureset.dtype][0]
+    return layers * hidden_size * value + (layers * _FLOAT32 if featureset.dtype == "float8_e4m3fn" else 0)
+
+
+def _head_bytes_per_token(featureset: FeatureSet) -> int:
+    """target_ids, and a top-k featureset's ids, log-probabilities and retained mass."""
+    top_k = featureset.top_k or 0
+    return (_INT32 if featureset.target_ids else 0) + (top_k * (_INT32 + _FLOAT32) + _FLOAT32 if top_k else 0)
 
 
 class Estimator:
@@ -41,7 +55,7 @@ class Estimator:
         spec = self.gate.models.spec
         prepared = self.preparer.prepare(spec, request.samples, request.featureset, request.backends)
         featureset = prepared.featureset
-        hidden = len(featureset.layers) * int(spec.config.hidden_size) * _BF16
+        hidden = _hidden_bytes_per_token(featureset, int(spec.config.hidden_size))
         tokens = raw = 0
         for sample in prepared.samples:
             encoded = sample.encoded
@@ -49,11 +63,11 @@ class Estimator:
                 len(encoded.completion_ids) if encoded.completion_ids is not None else encoded.greedy_max_new_tokens
             ) or 0
             count = len(encoded.prompt_ids) + completion
-            per_token = hidden + _INT32 + (_INT32 if featureset.target_ids else 0) + (_UINT8 if completion else 0)
+            per_token = hidden + _INT32 + _head_bytes_per_token(featureset) + (_UINT8 if completion else 0)
             tokens += count
             raw += count * per_token
         raw *= len(prepared.backends)
-        ratio, ratio_source = self._ratio(featureset.id)
+        ratio, ratio_source = self._ratio(featureset)
         rate, rate_source = self._rate(request.tokens_per_s)
         work = tokens * len(prepared.backends)
         return EstimateReport(
@@ -72,10 +86,10 @@ class Estimator:
             gpu_hours=work / rate / 3600 if rate else None,
         )
 
-    def _ratio(self, featureset_id: str) -> tuple[float, str]:
+    def _ratio(self, featureset: FeatureSet) -> tuple[float, str]:
         """Raw over stored bytes of up to 64 stored entries of the featureset; the codec table's figure without."""
         raw = stored = counted = 0
-        for manifest in self.versions.find(EntryFilter(featureset=featureset_id), limit=_SAMPLED_ENTRIES):
+        for manifest in self.versions.find(EntryFilter(featureset=featureset.id), limit=_SAMPLED_ENTRIES):
             try:
                 stored += self.store.stored_bytes(manifest.content_hash)
             except (KeyError, OSError):
@@ -84,7 +98,10 @@ class Estimator:
             counted += 1
         if counted and stored:
             return raw / stored, f"measured on {counted} stored entries of this featureset"
-        return MEASURED_RATIO[self.codec], f"the codec table ({self.codec}, 27B target's hidden states)"
+        measured = MEASURED_RATIO.get((self.codec, featureset.dtype))
+        if measured is None:
+            return 1.0, f"not measured for {self.codec} and {featureset.dtype}: no compression assumed"
+        return measured, f"the codec table ({self.codec}, {featureset.dtype}, 27B target's entries)"
 
     def _rate(self, given: float | None) -> tuple[float | None, str]:
         if given is not None:

@@ -46,7 +46,7 @@ class RequestPreparer:
         """`greedy_tokens`: give samples without a completion a greedy one of this many tokens (a job's policy)."""
         featureset = featureset or FeatureSet.default_for(spec.num_layers)
         try:
-            featureset.check_against(spec.num_layers)
+            featureset.check_against(spec.num_layers, spec.vocab_size)
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None
         resolved: list[Backend] = []

@@ -15,7 +15,7 @@ from schemas.api import EntriesPage
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
 from schemas.keys import EntryFilter, FeatureKey
-from schemas.manifest import HIDDEN_STATES, Manifest
+from schemas.manifest import LAYER_ARRAYS, Manifest
 from schemas.states import Integrity
 from schemas.tensors import RawTensor, TensorLayout
 from schemas.timestamps import stamp
@@ -113,7 +113,7 @@ class FeatureReader:
                 raise InvalidRequest(f"layers {missing} are not in this entry (it holds layers {stored})")
             positions = tuple(stored.index(layer) for layer in layers)
             if positions != tuple(range(len(stored))):
-                axis1[HIDDEN_STATES] = positions
+                axis1 = {name: positions for name in LAYER_ARRAYS if name in manifest.tensors}
                 served_layers = list(layers)
         span = (0, manifest.num_tokens)
         if tokens is not None:
@@ -223,7 +223,7 @@ class FeatureReader:
 
     def token_ids(self, manifest: Manifest) -> list[int]:
         """The entry's input ids alone (no hidden states read)."""
-        only_tokens = Selection(axis1={HIDDEN_STATES: ()})
+        only_tokens = Selection(axis1={name: () for name in LAYER_ARRAYS if name in manifest.tensors})
         return self.read_part(manifest, only_tokens)["input_ids"].numpy().tolist()
 
     def served_length(
@@ -234,7 +234,7 @@ class FeatureReader:
         layout = []
         for name, info in manifest.tensors.items():
             shape = [part.tokens[1] - part.tokens[0], *info.shape[1:]]
-            if name == HIDDEN_STATES:
+            if name in LAYER_ARRAYS:
                 shape[1] = len(part.layers)
             layout.append(TensorLayout(name, info.dtype, tuple(shape)))
         served_hash = manifest.content_hash if part.full else _HASH_PLACEHOLDER

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 import torch
 import transformers
 
+from schemas import fp8
 from schemas.backend import Backend, Fingerprint
 from schemas.featureset import FINAL_NORM, FeatureSet, LayerId
-from schemas.manifest import LayerStats
+from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, LayerStats
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
 from service.extraction.batching import describe, plan_batches
-from service.extraction.lean_forward import capture, chunked_argmax
+from service.extraction.lean_forward import capture, chunked_heads
 from service.extraction.stats import layer_stats, layer_summary
 from service.model.encode import EncodedPrompt
 from service.model.fused import EAGER, FUSED, FusedForwards
@@ -145,12 +146,12 @@ class Extractor:
             fingerprint = self.fingerprint(backend, budget, fused is not None)
             for batch in plan_batches([len(s.ids) for s in sequences], budget):
                 rows = [sequences[i] for i in batch]
-                hidden, target = self._forward(rows, featureset, fused)
+                hidden, heads = self._forward(rows, featureset, fused)
                 run.verify()  # nothing leaves this function labelled with kernels that did not run
                 for row, index in enumerate(batch):
                     yield (
                         index,
-                        self._finish(rows[row], hidden[row], target, row, featureset, fingerprint, items[index][1]),
+                        self._finish(rows[row], hidden[row], heads[row], featureset, fingerprint, items[index][1]),
                     )
 
     def batching_keeps_bits(self, batch_tokens: int, backend: Backend) -> bool:
@@ -245,8 +246,9 @@ class Extractor:
 
     def _forward(
         self, rows: list[_Sequence], featureset: FeatureSet, fused: FusedForwards | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[B, T, n_layers, H] hidden states (right-padded) and, if asked, [B, T] target ids."""
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """[B, T, n_layers, H] hidden states (right-padded) and, per row, what the featureset takes from the logits
+        of its own tokens (`chunked_heads`; empty when it takes nothing)."""
         longest = max(len(r.ids) for r in rows)
         ids = torch.zeros((len(rows), longest), dtype=torch.long, pin_memory=self._copy_stream is not None)
         for row, seq in enumerate(rows):
@@ -256,29 +258,28 @@ class Extractor:
         with fused.applied() if fused is not None else contextlib.nullcontext():
             # from pinned memory without blocking: the thread never waits for the GPU between sequences
             hidden, normed = capture(self.loaded.body, ids.to(self.loaded.device, non_blocking=True), featureset)
-        target = None
-        if normed is not None:
-            lm_head = self.loaded.model.get_output_embeddings()
-            target = torch.stack(
-                [chunked_argmax(lm_head, normed[row], self.target_ids_chunk) for row in range(len(rows))]
-            )
-        return hidden, target
+        if normed is None:
+            return hidden, [{} for _ in rows]
+        lm_head = self.loaded.model.get_output_embeddings()
+        chunk = self.target_ids_chunk
+        return hidden, [chunked_heads(lm_head, normed[i, : len(r.ids)], chunk, featureset) for i, r in enumerate(rows)]
 
     def _finish(
         self,
         seq: _Sequence,
         padded_hidden: torch.Tensor,
-        target: torch.Tensor | None,
-        row: int,
+        heads: dict[str, torch.Tensor],
         featureset: FeatureSet,
         fingerprint: Fingerprint,
         label: str,
     ) -> PendingExtraction:
         length = len(seq.ids)
-        device_tensors: dict[str, torch.Tensor] = {"hidden_states": padded_hidden[:length]}
-        if target is not None:
-            device_tensors["target_ids"] = target[row, :length]
-        device_tensors[_SUMMARY] = layer_summary(device_tensors["hidden_states"])
+        hidden = padded_hidden[:length]
+        device_tensors: dict[str, torch.Tensor] = {**heads, _SUMMARY: layer_summary(hidden)}  # stats of what ran
+        if featureset.dtype == "float8_e4m3fn":
+            device_tensors[HIDDEN_STATES], device_tensors[HIDDEN_SCALES] = fp8.quantise(hidden)
+        else:
+            device_tensors[HIDDEN_STATES] = hidden
         host, done = self._to_host(device_tensors)
         summary = host.pop(_SUMMARY)
         host["input_ids"] = torch.tensor(seq.ids, dtype=torch.int32)

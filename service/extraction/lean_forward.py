@@ -1,4 +1,5 @@
-"""The lean forward: hooks on the layers a featureset needs, no lm_head logits, stop after the last needed layer.
+"""The lean forward: hooks on the layers a featureset needs, stop after the last needed layer, and the lm_head only in
+chunks of tokens when the featureset asks for what the target predicts (never the full [T, vocab] logits).
 
 Layer L is the raw output of decoder layer L (HF `hidden_states[L+1]`, DFlash's offset 1); `embed` is the embedding
 output and `final_norm` the final RMSNorm's output. transformers 5.x puts the post-norm tensor last in
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from schemas.featureset import EMBED, FINAL_NORM, FeatureSet, LayerId
+from schemas.manifest import TOPK_IDS, TOPK_LOGPROBS, TOPK_MASS
 
 
 class _EnoughLayers(Exception):
@@ -22,10 +24,10 @@ class _EnoughLayers(Exception):
 
 def capture(body: Any, input_ids: torch.Tensor, featureset: FeatureSet) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run `body` (embed_tokens, layers, norm) on `input_ids` [B, T]. Returns the featureset's layers as
-    [B, T, n_layers, H] and, when `target_ids` are wanted, the final norm's output [B, T, H]."""
+    [B, T, n_layers, H] and, when the featureset needs logits, the final norm's output [B, T, H]."""
     layers = list(featureset.layers)
     decoder_layers = [layer for layer in layers if isinstance(layer, int)]
-    need_norm = FINAL_NORM in layers or featureset.target_ids
+    need_norm = FINAL_NORM in layers or featureset.needs_logits
     last_needed: LayerId = FINAL_NORM if need_norm else (max(decoder_layers) if decoder_layers else EMBED)
     batch, tokens = input_ids.shape
     hidden_size = body.embed_tokens.embedding_dim
@@ -39,7 +41,7 @@ def capture(body: Any, input_ids: torch.Tensor, featureset: FeatureSet) -> tuple
             value = output[0] if isinstance(output, tuple) else output
             if layer_id in layers:
                 out[:, :, layers.index(layer_id)] = value
-            if layer_id == FINAL_NORM and featureset.target_ids:
+            if layer_id == FINAL_NORM and featureset.needs_logits:
                 normed.append(value)
             if layer_id == last_needed and layer_id != FINAL_NORM:
                 raise _EnoughLayers
@@ -62,9 +64,28 @@ def capture(body: Any, input_ids: torch.Tensor, featureset: FeatureSet) -> tuple
     return out, normed[0] if normed else None
 
 
-def chunked_argmax(lm_head: torch.nn.Module, normed: torch.Tensor, chunk: int) -> torch.Tensor:
-    """argmax of the next-token logits, `chunk` tokens at a time: never the full [T, vocab] logits."""
-    out = torch.empty(normed.shape[0], dtype=torch.int32, device=normed.device)
-    for start in range(0, normed.shape[0], chunk):
-        out[start : start + chunk] = lm_head(normed[start : start + chunk]).argmax(dim=-1).to(torch.int32)
+def chunked_heads(lm_head: torch.nn.Module, normed: torch.Tensor, chunk: int, featureset: FeatureSet) -> dict:
+    """What a featureset takes from the next-token logits of one sequence's `normed` [T, H], `chunk` tokens at a
+    time: `target_ids` (argmax, int32 [T]) and, for `top_k`, the k most likely ids (int32 [T, k]), their
+    log-probabilities under the full-vocabulary softmax (float32 [T, k]) and the mass they hold (float32 [T])."""
+    tokens, device, k = normed.shape[0], normed.device, featureset.top_k
+    out: dict[str, torch.Tensor] = {}
+    if featureset.target_ids:
+        out["target_ids"] = torch.empty(tokens, dtype=torch.int32, device=device)
+    if k is not None:
+        out[TOPK_IDS] = torch.empty((tokens, k), dtype=torch.int32, device=device)
+        out[TOPK_LOGPROBS] = torch.empty((tokens, k), dtype=torch.float32, device=device)
+        out[TOPK_MASS] = torch.empty(tokens, dtype=torch.float32, device=device)
+    for start in range(0, tokens, chunk):
+        logits = lm_head(normed[start : start + chunk])
+        rows = slice(start, start + logits.shape[0])
+        if featureset.target_ids:
+            out["target_ids"][rows] = logits.argmax(dim=-1).to(torch.int32)
+        if k is not None:
+            logits = logits.float()
+            values, ids = logits.topk(k, dim=-1)  # sorted: most likely first
+            logprobs = values - logits.logsumexp(dim=-1, keepdim=True)
+            out[TOPK_IDS][rows] = ids.to(torch.int32)
+            out[TOPK_LOGPROBS][rows] = logprobs
+            out[TOPK_MASS][rows] = logprobs.exp().sum(dim=-1)
     return out

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from schemas.api import JobList, JobRequest, JobStatus
-from schemas.featureset import FeatureSet, parse_layers
+from schemas.featureset import FeatureDtype, FeatureSet, parse_layers
 from schemas.jsonl import parse_jsonl
 from schemas.validation import describe_errors
 from service.api.deps import JobsDep, ReadScope, Scope, SettingsDep, WriteScope
@@ -31,6 +31,11 @@ async def submit(
     settings: SettingsDep,
     backend: Annotated[list[str] | None, Query(description="with a JSONL upload: backends (repeat)")] = None,
     layers: Annotated[str | None, Query(description="with a JSONL upload: comma-separated layer ids")] = None,
+    dtype: Annotated[FeatureDtype, Query(description="with a JSONL upload and layers: the featureset's dtype")] = (
+        "bfloat16"
+    ),
+    target_ids: Annotated[bool, Query(description="with a JSONL upload and layers: store target_ids")] = False,
+    top_k: Annotated[int | None, Query(description="with a JSONL upload and layers: store the top-k")] = None,
     completion: Annotated[str | None, Query(description="with a JSONL upload: 'greedy:N'")] = None,
     priority: Annotated[int, Query()] = 0,
     run_now: Annotated[bool, Query()] = False,
@@ -40,7 +45,13 @@ async def submit(
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
     try:
         if content_type in JSONL_TYPES:
-            featureset = FeatureSet(layers=parse_layers(layers)) if layers else None
+            if not layers and (dtype != "bfloat16" or target_ids or top_k is not None):
+                raise InvalidRequest("dtype, target_ids and top_k describe a featureset: give its layers too")
+            featureset = (
+                FeatureSet(layers=parse_layers(layers), dtype=dtype, target_ids=target_ids, top_k=top_k)
+                if layers
+                else None
+            )
             job = JobRequest(
                 samples=parse_jsonl(body, "the upload"),
                 backends=backend or ["auto"],

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from client import BackendUnavailableError, FeatureClient, SampleRejectedError
+from client import BackendUnavailableError, FeatureClient, FeatureSet, SampleRejectedError
 from hsstore.cli import app as cli
 from tests.conftest import coding_prompts
 
@@ -17,9 +17,16 @@ def _stored_bytes(app_state, manifests) -> int:
     return sum(app_state.store.stored_bytes(m.content_hash) for m in manifests)
 
 
-def test_estimate_matches_an_actual_extraction(client: FeatureClient, app) -> None:
+@pytest.mark.parametrize(
+    "layers",
+    [
+        ["embed", 1, 4, 7],
+        FeatureSet(layers=[1, 4, 7], dtype="float8_e4m3fn", target_ids=True, top_k=16),
+    ],
+    ids=["bf16", "fp8-top16"],
+)
+def test_estimate_matches_an_actual_extraction(client: FeatureClient, app, layers) -> None:
     prompts = coding_prompts()
-    layers = ["embed", 1, 4, 7]
     # a few stored entries of the featureset give the store's own compression ratio
     client.extract(prompts[:3], featureset=layers)
     report = client.estimate(prompts[3:], featureset=layers, backends=["torch"])
