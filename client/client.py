@@ -21,6 +21,7 @@ from client.receive import BufferPool, Pieces, Verify, decode_any, receive_chunk
 from client.transport import Transport, batch_error, content_length
 from schemas import chunk_wire, wire
 from schemas.api import (
+    IMPORT_METADATA,
     AuditReport,
     AuditRequest,
     BatchItem,
@@ -31,6 +32,8 @@ from schemas.api import (
     EstimateRequest,
     ExtractRequest,
     ExtractResponse,
+    ImportRequest,
+    ImportResult,
     Info,
     JobList,
     JobRequest,
@@ -42,6 +45,7 @@ from schemas.chunk_wire import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import Manifest
+from schemas.tensors import RawTensor
 from schemas.tokens import TokenRange
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -350,6 +354,14 @@ class FeatureClient:
         return self._transport.call(
             EstimateReport, "POST", "/v1/estimate", json=request.model_dump(mode="json", exclude_none=True)
         )
+
+    def import_entry(self, request: ImportRequest, tensors: Sequence[RawTensor]) -> ImportResult:
+        """Store features computed elsewhere (hsstore's layout: hidden_states bf16 [T, L, H], input_ids int32 [T],
+        loss_mask uint8 [T] optional), under `request.content_hash`, which the service checks against the bytes.
+        `hsstore import` reads SpecForge and speculators files into this (`client.exchange`)."""
+        body = b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
+        headers = {"content-type": "application/octet-stream"}
+        return self._transport.call(ImportResult, "POST", "/v1/entries:import", content=body, headers=headers)
 
     def submit_job(
         self,

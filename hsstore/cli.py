@@ -1,5 +1,6 @@
 """The `hsstore` command line: serve, build the tiny model, rebuild the catalog here; the commands that talk to a
-service (extract, warm, jobs, window, get, entries, compare, audit) live in the cli_* modules beside this one.
+service (extract, warm, jobs, window, get, entries, compare, audit, export, import) live in the cli_* modules beside
+this one.
 
 Commands that only talk to a service import neither torch nor the service: they start in a fraction of a second.
 """
@@ -12,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from hsstore import cli_ops, cli_read, cli_write
+from hsstore import cli_exchange, cli_ops, cli_read, cli_write
 from hsstore.cli_errors import ErrorReportingGroup
 
 app = typer.Typer(
@@ -33,6 +34,8 @@ for command in (
     cli_read.audit,
 ):
     app.command()(command)
+app.command()(cli_exchange.export)
+app.command("import")(cli_exchange.import_)
 app.add_typer(cli_ops.window_app, name="window")
 
 

@@ -6,11 +6,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
+from schemas.backend import check_backend
 from schemas.featureset import FeatureSet, LayerId
-from schemas.keys import FeatureKey
+from schemas.keys import CONTENT_HASH, MODEL_REVISION, FeatureKey, check_content_hash, check_model_revision
 from schemas.manifest import Manifest
 from schemas.samples import SAMPLE_JSON_SCHEMA
-from schemas.states import ExtractStatus, Integrity, JobState
+from schemas.states import CompletionSource, ExtractStatus, ImportStatus, Integrity, JobState
 from schemas.tokens import TokenRange, parse_token_range
 
 # Samples stay raw JSON objects in request models: their hash is taken over what was sent, and each is validated on
@@ -278,3 +279,34 @@ class EstimateReport(BaseModel):
     tokens_per_s: float | None
     tokens_per_s_source: str
     gpu_hours: float | None
+
+
+IMPORT_METADATA = "import"  # the safetensors metadata key of an import body that carries its ImportRequest
+
+
+class ImportRequest(BaseModel):
+    """One entry to import, sent as the `import` metadata of a safetensors body holding its tensors in hsstore's
+    layout: hidden_states bf16 [T, n_layers, H] (layers in featureset order), input_ids int32 [T], optionally
+    loss_mask uint8 [T]. The service recomputes the content hash and stores nothing unless it matches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sample: RawSample
+    layers: list[LayerId] = Field(min_length=1, max_length=1024)
+    model_revision: str = Field(json_schema_extra={"pattern": MODEL_REVISION.pattern})
+    backend: str | None = Field(default=None, description="stated by the importer; None stores it as 'unknown'")
+    source: str = Field(min_length=1, max_length=4096, description="where the features came from (format:file)")
+    content_hash: str = Field(json_schema_extra={"pattern": CONTENT_HASH.pattern})
+    prompt_tokens: int = Field(ge=1)
+    completion_source: CompletionSource | None = None
+
+    _model_revision = field_validator("model_revision")(lambda value: check_model_revision(value))
+    _content_hash = field_validator("content_hash")(lambda value: check_content_hash(value))
+    _backend = field_validator("backend")(lambda value: check_backend(value))
+
+
+class ImportResult(BaseModel):
+    prompt_hash: str
+    status: ImportStatus
+    manifest: Manifest
+    warnings: list[str] = []

@@ -15,10 +15,16 @@ class Backend(StrEnum):
     TORCH = "torch"  # all reference code
 
 
+# Imported features (`hsstore import`): nothing says which kernels computed them, so they are stored under this
+# backend unless the importer states one. It names entries, never an extraction: no host can run it.
+UNKNOWN_BACKEND = "unknown"
+STORED_BACKENDS = (*(b.value for b in Backend), UNKNOWN_BACKEND)
+
+
 def check_backend(value: str | None) -> str | None:
-    """The value, or ValueError naming the backends there are."""
-    if value is not None and value not in {b.value for b in Backend}:
-        raise ValueError(f"unknown backend {value[:40]!r}; one of {[b.value for b in Backend]}")
+    """The value, or ValueError naming the backends entries can be stored under."""
+    if value is not None and value not in STORED_BACKENDS:
+        raise ValueError(f"unknown backend {value[:40]!r}; one of {list(STORED_BACKENDS)}")
     return value
 
 
@@ -44,3 +50,24 @@ class Fingerprint(BaseModel):
     elementwise: str = "eager"  # or the fused forwards that replaced the eager elementwise chains
     batching: str = "one sequence per forward, no padding"
     device_map: str = "single device"
+    # Imported features: the file they came from; the fields above then say "unknown" (nothing ran here), and
+    # `backend_stated` is set when the importer named the backend rather than leaving it `unknown`.
+    imported_from: str | None = None
+    backend_stated: bool = False
+
+    @classmethod
+    def of_import(cls, source: str, backend_stated: bool) -> Fingerprint:
+        unknown = "unknown"
+        return cls(
+            torch=unknown,
+            transformers=unknown,
+            device=unknown,
+            dtype="bfloat16",
+            attn_implementation=unknown,
+            kernels={},
+            elementwise=unknown,
+            batching=unknown,
+            device_map=unknown,
+            imported_from=source,
+            backend_stated=backend_stated,
+        )

@@ -50,3 +50,9 @@ class ExtractStatus(StrEnum):
     EXTRACTED = "extracted"
     EXISTING = "existing"
     VERSION_ADDED = "version_added"  # re-extracted (force) and the bits differed: a new version
+
+
+class ImportStatus(StrEnum):
+    IMPORTED = "imported"
+    EXISTING = "existing"  # these bits were already stored under this key: nothing added
+    VERSION_ADDED = "version_added"  # the key had a version with other bits: a new version

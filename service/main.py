@@ -16,7 +16,19 @@ from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.deps import PROVIDED
-from service.api.routes import audit, compare, entries, estimate, extract, features, health, info, jobs, window
+from service.api.routes import (
+    audit,
+    compare,
+    entries,
+    estimate,
+    extract,
+    features,
+    health,
+    imports,
+    info,
+    jobs,
+    window,
+)
 from service.catalog import (
     JobStore,
     KeyValue,
@@ -30,6 +42,7 @@ from service.catalog.protocol import Database
 from service.core.auditor import Auditor
 from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
+from service.core.importer import FeatureImporter
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
 from service.core.rebuild import CatalogRebuilder
@@ -122,6 +135,7 @@ class Services:
     auditor: Auditor
     verifier: Verifier
     estimator: Estimator
+    importer: FeatureImporter
     rebuilder: CatalogRebuilder
     queue: JobQueue
     runner: JobRunner | None
@@ -199,6 +213,7 @@ def build_services(
         auditor=Auditor(reader, writer, versions, gate, preparer, verifier),
         verifier=verifier,
         estimator=Estimator(gate, preparer, versions, store, job_store, settings.codec),
+        importer=FeatureImporter(writer, gate, settings.max_sample_tokens),
         rebuilder=CatalogRebuilder(store, versions),
         queue=JobQueue(job_store, gate, preparer),
         runner=runner,
@@ -279,10 +294,23 @@ def create_app(
         setattr(app.state, name, getattr(services, name))
     error_handlers.install(app)
     openapi.mount_docs(app)
-    for module in (health, info, extract, features, entries, compare, audit, estimate, jobs, window, metrics_api):
+    for module in (
+        health,
+        info,
+        extract,
+        features,
+        entries,
+        imports,
+        compare,
+        audit,
+        estimate,
+        jobs,
+        window,
+        metrics_api,
+    ):
         app.include_router(module.router)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
-    limits = {"/v1/jobs": services.settings.max_job_bytes}
+    limits = {"/v1/jobs": services.settings.max_job_bytes, "/v1/entries:import": services.settings.max_import_bytes}
     app.add_middleware(BodyLimit, max_bytes=services.settings.max_request_bytes, overrides=limits)
     app.add_middleware(error_handlers.CatchAll)  # outermost: whatever escapes still answers with the envelope
     return app

@@ -131,6 +131,9 @@ class Settings(BaseSettings):
         description="this process's name in job leases; default host:device (workers), host:data_dir (a service)",
     )
     max_job_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="largest JSONL job upload")
+    max_import_bytes: int = Field(
+        default=2 * 1024**3, ge=1024, description="largest entry one POST /v1/entries:import may carry"
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -14,6 +14,7 @@ from service.catalog.protocol import VersionCatalog
 from service.core.auditor import Auditor
 from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
+from service.core.importer import FeatureImporter
 from service.core.reader import FeatureReader
 from service.core.windows import Windows
 from service.core.writer import FeatureWriter
@@ -33,6 +34,7 @@ PROVIDED = (
     "writer",
     "auditor",
     "estimator",
+    "importer",
     "queue",
     "metrics",
 )
@@ -74,6 +76,10 @@ def get_estimator(request: Request) -> Estimator:
     return request.app.state.estimator
 
 
+def get_importer(request: Request) -> FeatureImporter:
+    return request.app.state.importer
+
+
 def get_queue(request: Request) -> JobQueue:
     return request.app.state.queue
 
@@ -87,6 +93,7 @@ ReaderDep = Annotated[FeatureReader, Depends(get_reader)]
 WriterDep = Annotated[FeatureWriter, Depends(get_writer)]
 AuditorDep = Annotated[Auditor, Depends(get_auditor)]
 EstimatorDep = Annotated[Estimator, Depends(get_estimator)]
+ImporterDep = Annotated[FeatureImporter, Depends(get_importer)]
 JobsDep = Annotated[JobQueue, Depends(get_queue)]
 
 

@@ -1,0 +1,7 @@
+"""Moving features in and out of SpecForge's and speculators' offline datasets (`hsstore export`, `hsstore import`).
+Needs torch and safetensors; `import client` does not load it."""
+
+from client.exchange.formats import FormatError
+from client.exchange.move import ImportPlan, ImportSummary, export, import_dir, newest_versions, plan_import
+
+__all__ = ["FormatError", "ImportPlan", "ImportSummary", "export", "import_dir", "newest_versions", "plan_import"]

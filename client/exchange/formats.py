@@ -1,0 +1,182 @@
+"""The two offline pipelines' files, one entry each, to and from hsstore's layout.
+
+- SpecForge (DFlash offline, `scripts/prepare_hidden_states.py`, read by its `load_feature_file`):
+  `rows_{g}-{g+2000}/data_{i}.ckpt`, a `torch.save`d dict: `input_ids` int64 [T], `loss_mask` int64 [T],
+  `hidden_states` bf16 [1, T, n_layers * H] (the layers concatenated along the last axis, ascending).
+- speculators (`src/speculators/train/data.py`, `hs_connectors.FileTransfer`): `hidden_states/hs_{i}.safetensors`
+  with `token_ids` int64 [T] and `hidden_states` bf16 [T, n_layers, H], the last layer the final one.
+
+What a file holds becomes a `Found`: the tensors as hsstore stores them (hidden_states [T, L, H] bf16 with layers in
+featureset order, input_ids int32, loss_mask uint8 when there is one).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save as save_safetensors
+
+from schemas.exchange import ExportFormat
+from schemas.featureset import LayerId, layer_order
+
+SPECFORGE_GROUP = 2000  # files per rows_* folder, SpecForge's default `file_group_size`
+SPECULATORS_DIR = "hidden_states"
+SPECULATORS_METADATA = "hsstore"  # the safetensors metadata key of an exported file's provenance
+_SPECULATORS_FILE = re.compile(r"^hs_(\d+)\.safetensors$")
+
+
+class FormatError(ValueError):
+    """A file that is not what its format's reader expects."""
+
+
+@dataclass(frozen=True)
+class Found:
+    source: str  # "format:relative/path"
+    relative: str
+    input_ids: torch.Tensor  # int32 [T]
+    loss_mask: torch.Tensor | None  # uint8 [T]
+    hidden_states: torch.Tensor  # bf16 [T, L, H], layers in featureset order
+    layer_ids: list[int] | None  # in the format's convention, as the file's own metadata names them (exports)
+
+
+def specforge_path(index: int) -> str:
+    group = index // SPECFORGE_GROUP * SPECFORGE_GROUP
+    return f"rows_{group}-{group + SPECFORGE_GROUP}/data_{index}.ckpt"
+
+
+def speculators_path(index: int) -> str:
+    return f"{SPECULATORS_DIR}/hs_{index}.safetensors"
+
+
+def encode_specforge(input_ids: torch.Tensor, loss_mask: torch.Tensor, hidden: torch.Tensor) -> bytes:
+    """One sample as SpecForge's DFlash offline loader reads it. Fresh tensors: torch.save writes whole storages."""
+    tokens, layers, width = hidden.shape
+    record = {
+        "input_ids": input_ids.to(torch.int64).clone(),
+        "loss_mask": loss_mask.to(torch.int64).clone(),
+        "hidden_states": hidden.reshape(1, tokens, layers * width).clone(),
+    }
+    buffer = io.BytesIO()
+    torch.save(record, buffer)
+    return buffer.getvalue()
+
+
+def encode_speculators(input_ids: torch.Tensor, hidden: torch.Tensor, provenance: dict) -> bytes:
+    tensors = {"token_ids": input_ids.to(torch.int64).contiguous(), "hidden_states": hidden.contiguous()}
+    return save_safetensors(tensors, metadata={SPECULATORS_METADATA: json.dumps(provenance, sort_keys=True)})
+
+
+def files_of(directory: Path, fmt: ExportFormat) -> list[str]:
+    """The format's files under `directory`, relative, in the order its own loader lists them (SpecForge: sorted
+    paths; speculators: by sample index)."""
+    if fmt == ExportFormat.SPECFORGE:
+        found = [p for p in directory.rglob("*") if p.is_file() and p.name.endswith((".ckpt", ".ckpt.gz"))]
+        return sorted(str(p.relative_to(directory)) for p in found)
+    base = directory / SPECULATORS_DIR if (directory / SPECULATORS_DIR).is_dir() else directory
+    numbered = [(int(m[1]), p) for p in base.iterdir() if (m := _SPECULATORS_FILE.match(p.name))]
+    return [str(p.relative_to(directory)) for _, p in sorted(numbered)]
+
+
+def read_file(directory: Path, relative: str, fmt: ExportFormat, layer_ids: list[int] | None) -> Found:
+    """`layer_ids`: the format's ids of the file's layers in file order (None: the file's own metadata names them)."""
+    path = directory / relative
+    if fmt == ExportFormat.SPECFORGE:
+        return _read_specforge(path, relative, layer_ids)
+    return _read_speculators(path, relative, layer_ids)
+
+
+def in_featureset_order(layers: list[LayerId], hidden: torch.Tensor) -> tuple[list[LayerId], torch.Tensor]:
+    """hsstore keeps layers sorted (embed, ascending, final_norm): reorder axis 1 to match, losslessly."""
+    order = sorted(range(len(layers)), key=lambda i: layer_order(layers[i]))
+    if order == list(range(len(layers))):
+        return layers, hidden
+    return [layers[i] for i in order], hidden[:, order].contiguous()
+
+
+def _read_specforge(path: Path, relative: str, layer_ids: list[int] | None) -> Found:
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as handle:
+                raw = torch.load(io.BytesIO(handle.read()), map_location="cpu", weights_only=True)
+        else:
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a pickle of anything but plain tensors, a truncated zip, not a torch file at all
+        raise FormatError(f"{relative}: not a SpecForge feature file torch.load reads as tensors: {exc}") from None
+    if not isinstance(raw, dict) or not {"input_ids", "loss_mask", "hidden_states"} <= set(raw):
+        keys = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
+        raise FormatError(
+            f"{relative}: not a DFlash offline file (input_ids, loss_mask, hidden_states); it holds {keys}"
+        )
+    hidden = raw["hidden_states"]
+    if hidden.dim() == 3 and hidden.shape[0] == 1:
+        hidden = hidden[0]
+    if hidden.dim() != 2:
+        raise FormatError(f"{relative}: hidden_states has shape {list(raw['hidden_states'].shape)}; want [1, T, L*H]")
+    if layer_ids is None:
+        raise FormatError(f"{relative}: SpecForge files do not name their layers: give --layer-ids")
+    tokens, width = hidden.shape
+    if width % len(layer_ids):
+        raise FormatError(f"{relative}: hidden_states are {width} wide, not a multiple of {len(layer_ids)} layers")
+    hidden = hidden.reshape(tokens, len(layer_ids), width // len(layer_ids))
+    return Found(
+        f"specforge:{relative}",
+        relative,
+        _ids(raw["input_ids"], relative),
+        _mask(raw["loss_mask"], relative),
+        _bf16(hidden, relative),
+        layer_ids,
+    )
+
+
+def _read_speculators(path: Path, relative: str, layer_ids: list[int] | None) -> Found:
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata() or {}
+            names = set(handle.keys())
+            if not {"token_ids", "hidden_states"} <= names:
+                raise FormatError(f"{relative}: a speculators file holds token_ids and hidden_states; it holds {names}")
+            input_ids, hidden = handle.get_tensor("token_ids"), handle.get_tensor("hidden_states")
+    except FormatError:
+        raise
+    except Exception as exc:
+        raise FormatError(f"{relative}: not a safetensors file: {exc}") from None
+    if layer_ids is None and SPECULATORS_METADATA in metadata:
+        layer_ids = json.loads(metadata[SPECULATORS_METADATA]).get("layer_ids")
+    if layer_ids is None:
+        raise FormatError(f"{relative}: the file does not name its layers: give --layer-ids (vLLM's ids)")
+    if hidden.dim() != 3 or hidden.shape[1] != len(layer_ids):
+        raise FormatError(
+            f"{relative}: hidden_states has shape {list(hidden.shape)}; want [T, {len(layer_ids)} layers, H]"
+        )
+    return Found(
+        f"speculators:{relative}", relative, _ids(input_ids, relative), None, _bf16(hidden, relative), layer_ids
+    )
+
+
+def _ids(ids: torch.Tensor, relative: str) -> torch.Tensor:
+    ids = ids.reshape(-1) if ids.dim() == 2 and ids.shape[0] == 1 else ids
+    if ids.dim() != 1 or ids.is_floating_point():
+        raise FormatError(f"{relative}: token ids must be integers of shape [T], got {ids.dtype} {list(ids.shape)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= 2**31):
+        raise FormatError(f"{relative}: token ids outside 0..2^31")
+    return ids.to(torch.int32)
+
+
+def _mask(mask: torch.Tensor, relative: str) -> torch.Tensor:
+    mask = mask.reshape(-1) if mask.dim() == 2 and mask.shape[0] == 1 else mask
+    if mask.dim() != 1 or (mask.numel() and (int(mask.min()) < 0 or int(mask.max()) > 1)):
+        raise FormatError(f"{relative}: loss_mask must hold 0 and 1 in shape [T]")
+    return mask.to(torch.uint8)
+
+
+def _bf16(hidden: torch.Tensor, relative: str) -> torch.Tensor:
+    if hidden.dtype != torch.bfloat16:
+        raise FormatError(f"{relative}: hidden_states are {hidden.dtype}; hsstore imports bfloat16 (as extracted)")
+    return hidden.contiguous()

@@ -1,0 +1,274 @@
+"""Export stored entries as a SpecForge or speculators dataset, and import such a dataset (or an export) into a
+store. Both go through the service's HTTP API: every exported byte is verified on receipt, every imported one is
+hashed here and checked by the service against that hash."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+
+import torch
+
+from client.client import FeatureClient
+from client.exchange import formats
+from client.exchange.formats import Found
+from schemas.api import ImportRequest, ImportResult
+from schemas.content_hash import content_hash
+from schemas.exchange import (
+    CONVENTIONS,
+    EXPORT_INDEX,
+    ExportedEntry,
+    ExportFormat,
+    ExportIndex,
+    from_format_ids,
+    to_format_ids,
+)
+from schemas.featureset import LayerId
+from schemas.files import atomic_write
+from schemas.keys import EntryKey
+from schemas.manifest import Manifest
+from schemas.states import CompletionSource, ImportStatus
+from schemas.tensors import RawTensor
+from schemas.torch_tensors import from_torch
+
+ROWS = "rows.jsonl"  # speculators exports: input_ids, loss_mask, seq_len per sample (its dataset's columns)
+Advance = Callable[[], None]
+
+
+def _one(values: Iterable[str], what: str, option: str) -> str:
+    distinct = sorted(set(values))
+    if len(distinct) != 1:
+        raise ValueError(
+            f"these entries span {len(distinct)} {what}s ({', '.join(distinct)[:200]}): pick one ({option})"
+        )
+    return distinct[0]
+
+
+def newest_versions(manifests: Iterable[Manifest]) -> list[Manifest]:
+    """The newest version of each entry key (a listing shows every version, oldest first), in listing order."""
+    newest: dict[EntryKey, Manifest] = {}
+    for manifest in manifests:
+        newest[manifest.key] = manifest
+    return list(newest.values())
+
+
+def export(
+    client: FeatureClient,
+    manifests: list[Manifest],
+    fmt: ExportFormat,
+    out_dir: Path,
+    layers: list[LayerId] | None = None,
+    num_layers: int | None = None,
+    advance: Advance = lambda: None,
+) -> ExportIndex:
+    """Write `manifests` (one model revision, backend and featureset: a training set never mixes them) as `fmt`
+    files, then the index. `layers`: a subset of the featureset's; `num_layers`: the model's decoder layers
+    (speculators' last id is the final layer; taken from the service's model when it runs the revision)."""
+    if not manifests:
+        raise ValueError("no entries to export")
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ValueError(f"{out_dir} is not empty: export into a new directory")
+    revision = _one((m.model_revision for m in manifests), "model revision", "--model-revision")
+    backend = _one((m.backend for m in manifests), "backend", "--backend")
+    _one((m.featureset_id for m in manifests), "featureset", "--featureset")
+    featureset = manifests[0].featureset
+    stored = list(featureset.layers)
+    chosen = [layer for layer in stored if layer in layers] if layers is not None else stored
+    if layers is not None and (missing := [layer for layer in layers if layer not in stored]):
+        raise ValueError(f"layers {missing} are not in featureset {featureset.id} (it holds {stored})")
+    ids = to_format_ids(chosen, fmt)
+    if fmt == ExportFormat.SPECULATORS:
+        if num_layers is None:
+            raise ValueError(f"the service does not run model_revision {revision}: give its number of layers")
+        if chosen[-1] != num_layers - 1:
+            raise ValueError(
+                f"speculators' files end with the final layer (id {num_layers}, hsstore layer {num_layers - 1}), "
+                f"which its trainer splits off as verifier_last_hidden_states; these layers end with {chosen[-1]}"
+            )
+    entries: list[ExportedEntry] = []
+    rows: list[str] = []
+    for index, manifest in enumerate(manifests):
+        features = client.fetch(manifest.feature_key(), layers=chosen if chosen != stored else None)
+        hidden, input_ids = features.hidden_states, features.input_ids  # fp8 arrives dequantised to bf16
+        has_mask = features.loss_mask is not None
+        mask = features.loss_mask if has_mask else torch.ones(input_ids.shape, dtype=torch.uint8)
+        if fmt == ExportFormat.SPECFORGE:
+            relative, data = formats.specforge_path(index), formats.encode_specforge(input_ids, mask, hidden)
+        else:
+            provenance = {
+                "layer_ids": ids,
+                "layer_convention": CONVENTIONS[fmt],
+                "prompt_hash": manifest.prompt_hash,
+                "content_hash": manifest.content_hash,
+                "model_revision": revision,
+                "backend": backend,
+            }
+            relative, data = formats.speculators_path(index), formats.encode_speculators(input_ids, hidden, provenance)
+            row = {"input_ids": input_ids.tolist(), "loss_mask": mask.tolist(), "seq_len": int(input_ids.shape[0])}
+            rows.append(json.dumps(row, separators=(",", ":")))
+        atomic_write(out_dir / relative, data, durable=False)
+        entries.append(
+            ExportedEntry(
+                file=relative,
+                prompt_hash=manifest.prompt_hash,
+                content_hash=manifest.content_hash,
+                sample=manifest.sample,
+                prompt_tokens=manifest.prompt_tokens,
+                completion_source=manifest.completion_source,
+                loss_mask="entry" if has_mask else "ones",
+            )
+        )
+        advance()
+    if rows:
+        atomic_write(out_dir / ROWS, ("\n".join(rows) + "\n").encode(), durable=False)
+    index_doc = ExportIndex(
+        format=fmt,
+        layer_convention=CONVENTIONS[fmt],
+        layer_ids=ids,
+        layers=chosen,
+        num_layers=num_layers,
+        model_revision=revision,
+        backend=backend,
+        featureset=featureset,
+        featureset_id=featureset.id,
+        hsstore_version=version("hsstore"),
+        entries=entries,
+    )
+    atomic_write(out_dir / EXPORT_INDEX, index_doc.model_dump_json(indent=1).encode())  # last: the export is whole
+    return index_doc
+
+
+@dataclass
+class ImportSummary:
+    counts: dict[ImportStatus, int] = field(default_factory=lambda: dict.fromkeys(ImportStatus, 0))
+    warnings: list[str] = field(default_factory=list)
+    results: list[ImportResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """What an import will read: the files, in whose convention, and under which model revision."""
+
+    fmt: ExportFormat
+    files: list[str]
+    layer_ids: list[int] | None
+    model_revision: str
+    index: ExportIndex | None
+
+
+def plan_import(
+    client: FeatureClient,
+    directory: Path,
+    fmt: ExportFormat | None,
+    model_revision: str | None,
+    layer_ids: list[int] | None,
+) -> ImportPlan:
+    """An hsstore export names its format, layers, revision and samples in its index; other dumps need the format
+    and the layer ids said, and are recorded under the service's model revision unless another is given."""
+    index = None
+    if (directory / EXPORT_INDEX).is_file():
+        index = ExportIndex.model_validate_json((directory / EXPORT_INDEX).read_bytes())
+        if fmt is not None and fmt != index.format:
+            raise ValueError(f"{directory} is a {index.format} export, not {fmt}")
+        fmt = index.format
+        layer_ids = layer_ids or index.layer_ids
+        model_revision = model_revision or index.model_revision
+    if fmt is None:
+        raise ValueError(f"{directory} has no {EXPORT_INDEX}: give its --format")
+    if model_revision is None:
+        model = client.info().model
+        if model is None:
+            raise ValueError("this service runs no model: give the --model-revision the features were computed with")
+        model_revision = model.model_revision
+    files = [entry.file for entry in index.entries] if index else formats.files_of(directory, fmt)
+    if not files:
+        raise ValueError(f"no {fmt} files under {directory}")
+    return ImportPlan(fmt, files, layer_ids, model_revision, index)
+
+
+def import_dir(
+    client: FeatureClient,
+    directory: Path,
+    plan: ImportPlan,
+    backend: str | None = None,
+    advance: Advance = lambda: None,
+) -> ImportSummary:
+    """Import every file of `plan`; an entry already stored with the same bits is left as it is (idempotent)."""
+    summary = ImportSummary()
+    by_file = {entry.file: entry for entry in plan.index.entries} if plan.index else {}
+    rows = _rows(directory) if plan.fmt == ExportFormat.SPECULATORS and plan.index else []
+    for position, relative in enumerate(plan.files):
+        found = formats.read_file(directory, relative, plan.fmt, plan.layer_ids)
+        layers, hidden = formats.in_featureset_order(
+            from_format_ids(found.layer_ids or [], plan.fmt), found.hidden_states
+        )
+        exported = by_file.get(relative)
+        mask = found.loss_mask
+        if rows:
+            mask = torch.tensor(rows[position]["loss_mask"], dtype=torch.uint8)
+        request, tensors = _entry(found, layers, hidden, mask, exported, plan.model_revision, backend)
+        result = client.import_entry(request, tensors)
+        summary.counts[result.status] += 1
+        summary.results.append(result)
+        summary.warnings.extend(w for w in result.warnings if w not in summary.warnings)
+        advance()
+    return summary
+
+
+def _rows(directory: Path) -> list[dict]:
+    path = directory / ROWS
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def _entry(
+    found: Found,
+    layers: list[LayerId],
+    hidden: torch.Tensor,
+    mask: torch.Tensor | None,
+    exported: ExportedEntry | None,
+    model_revision: str,
+    backend: str | None,
+) -> tuple[ImportRequest, list[RawTensor]]:
+    """The sample and tensors of one file: an export's own sample, else one made from the token ids and loss mask
+    (prompt then a token-ids completion when the mask is one run of ones at the end; the ids alone otherwise)."""
+    ids = found.input_ids
+    tokens = int(ids.shape[0])
+    if mask is not None and mask.shape != ids.shape:
+        raise formats.FormatError(f"{found.relative}: loss_mask has {mask.shape[0]} tokens, input_ids {tokens}")
+    completion_source = None
+    if exported is not None:
+        sample, prompt_tokens = exported.sample, exported.prompt_tokens
+        completion_source = CompletionSource(exported.completion_source) if exported.completion_source else None
+        mask = mask if exported.loss_mask == "entry" else None
+    else:
+        sample, prompt_tokens, mask = _sample_of(ids, mask)
+        completion_source = CompletionSource.TOKEN_IDS if "completion" in sample else None
+    tensors = [from_torch("hidden_states", hidden), from_torch("input_ids", ids)]
+    if mask is not None:
+        tensors.append(from_torch("loss_mask", mask))
+    request = ImportRequest(
+        sample=sample,
+        layers=layers,
+        model_revision=model_revision,
+        backend=backend,
+        source=found.source,
+        content_hash=content_hash(tensors),
+        prompt_tokens=prompt_tokens,
+        completion_source=completion_source,
+    )
+    return request, tensors
+
+
+def _sample_of(ids: torch.Tensor, mask: torch.Tensor | None) -> tuple[dict, int, torch.Tensor | None]:
+    as_list = ids.tolist()
+    if mask is None or bool(mask.all()):  # every token trains: what an entry without a loss mask means
+        return {"token_ids": as_list}, len(as_list), None
+    ones = mask.nonzero().flatten()
+    start = int(ones[0]) if ones.numel() else len(as_list)
+    if 0 < start < len(as_list) and bool(mask[start:].all()):
+        sample = {"token_ids": as_list[:start], "completion": {"token_ids": as_list[start:]}}
+        return sample, start, mask
+    return {"token_ids": as_list}, len(as_list), mask

@@ -1,0 +1,137 @@
+"""`hsstore export` and `hsstore import`: stored entries to and from SpecForge's and speculators' offline datasets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hsstore.cli_errors import CliError
+from hsstore.cli_input import since_option
+from hsstore.cli_options import DEFAULT_URL, TokenOption, UrlOption, client_for, console, progress_bar
+from schemas.exchange import ExportFormat
+from schemas.featureset import parse_layers
+from schemas.jsonl import parse_jsonl
+
+FormatOption = Annotated[ExportFormat, typer.Option("--format", help="specforge (DFlash .ckpt) or speculators")]
+
+
+def _prompt_hashes(path: Path) -> list[str]:
+    """A JSONL of prompt hashes: each line a JSON string, or an object with `prompt_hash` (what `hsstore extract
+    --json` prints)."""
+    try:
+        lines = parse_jsonl(path.read_bytes(), str(path))
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    hashes = []
+    for number, line in enumerate(lines, 1):
+        value = line.get("prompt_hash") if isinstance(line, dict) else line
+        if not isinstance(value, str):
+            raise CliError(f"{path}, entry {number}: neither a prompt hash string nor an object with prompt_hash")
+        hashes.append(value)
+    return hashes
+
+
+def export(
+    out_dir: Annotated[Path, typer.Argument(help="a new (or empty) directory")],
+    fmt: FormatOption,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    model_revision: Annotated[str | None, typer.Option()] = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    prompt_hash: Annotated[str | None, typer.Option(help="a prompt hash or a prefix of one")] = None,
+    since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
+    hashes: Annotated[Path | None, typer.Option(help="JSONL of prompt hashes (e.g. `hsstore extract --json`)")] = None,
+    layers: Annotated[str | None, typer.Option(help="a subset of the featureset's layers (hsstore ids)")] = None,
+    num_layers: Annotated[int | None, typer.Option(help="the model's layers, if the service does not run it")] = None,
+) -> None:
+    """Write the newest version of each matching entry as a SpecForge or speculators dataset, with
+    hsstore_export.json naming the layer convention, model revision, backend and every entry's hashes."""
+    from client.exchange import export as write_export
+    from client.exchange import newest_versions
+
+    filters = {"model_revision": model_revision, "backend": backend, "featureset": featureset}
+    with client_for(url, token) as client:
+        if hashes is not None:
+            listed = [m for h in _prompt_hashes(hashes) for m in client.entries(prompt_hash=h, **filters)]
+        else:
+            listed = list(client.entries(prompt_hash=prompt_hash, since=since_option(since), **filters))
+        manifests = newest_versions(listed)
+        if not manifests:
+            raise CliError("no entries match", "list them with `hsstore entries` and the same filters")
+        model = client.info().model
+        if num_layers is None and model is not None and model.model_revision == manifests[0].model_revision:
+            num_layers = model.num_layers
+        chosen = parse_layers(layers) if layers else None
+        with progress_bar() as progress:
+            task = progress.add_task("export", total=len(manifests))
+            try:
+                index = write_export(
+                    client, manifests, fmt, out_dir, chosen, num_layers, lambda: progress.advance(task)
+                )
+            except ValueError as exc:
+                raise CliError(str(exc)) from None
+    console.print(
+        f"exported {len(index.entries)} entries to {out_dir} ({fmt}): layer ids {index.layer_ids} "
+        f"({index.layer_convention.split(':')[0]} convention; hsstore layers {index.layers}), "
+        f"model_revision {index.model_revision}, backend {index.backend}"
+    )
+
+
+def import_(
+    in_dir: Annotated[Path, typer.Argument(help="an hsstore export, or a SpecForge / speculators dataset")],
+    fmt: Annotated[
+        ExportFormat | None, typer.Option("--format", help="specforge or speculators (an export names its own)")
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    model_revision: Annotated[
+        str | None, typer.Option(help="the model the features came from (default: the export's, else the service's)")
+    ] = None,
+    backend: Annotated[
+        str | None, typer.Option(help="state the backend that computed them (else: unknown); recorded as stated")
+    ] = None,
+    layer_ids: Annotated[
+        str | None, typer.Option(help="the files' layer ids in their format's convention, e.g. 2,32,61,64")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON line per file")] = False,
+) -> None:
+    """Import a dataset into the store, verified: shapes checked, content hashed here and by the service. Entries
+    already stored with the same bits are left as they are, so an import can be re-run."""
+    from client.exchange import FormatError, import_dir, plan_import
+
+    ids = [int(i) for i in layer_ids.split(",")] if layer_ids else None
+    if not in_dir.is_dir():
+        raise CliError(f"{in_dir} is not a directory")
+    with client_for(url, token) as client:
+        try:
+            plan = plan_import(client, in_dir, fmt, model_revision, ids)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        if plan.index is not None and backend is None:
+            console.print(
+                f"the export recorded backend {plan.index.backend}; stored as 'unknown' unless you state it "
+                f"(--backend {plan.index.backend})"
+            )
+        with progress_bar() as progress:
+            task = progress.add_task("import", total=len(plan.files))
+            try:
+                summary = import_dir(client, in_dir, plan, backend, lambda: progress.advance(task))
+            except FormatError as exc:
+                raise CliError(str(exc)) from None
+    for warning in summary.warnings:
+        console.print(f"warning: {warning}")
+    if as_json:
+        for result in summary.results:
+            record = {
+                "prompt_hash": result.prompt_hash,
+                "status": result.status,
+                "source": result.manifest.fingerprint.imported_from,
+                "content_hash": result.manifest.content_hash,
+            }
+            typer.echo(json.dumps(record))
+    counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items())
+    console.print(f"{plan.fmt} -> model_revision {plan.model_revision}, backend {backend or 'unknown'}: {counts}")

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from schemas import wire
+from schemas.api import IMPORT_METADATA, ImportRequest, ImportResult
+from schemas.validation import describe_errors
+from service.api.deps import ImporterDep, WriteScope
+from service.api.openapi import errors
+from service.errors import InvalidRequest
+
+router = APIRouter(tags=["import"])
+
+
+@router.post(
+    "/v1/entries:import",
+    dependencies=[WriteScope],
+    summary="Store features computed elsewhere: a safetensors body whose `import` metadata is an ImportRequest",
+    responses=errors(401, 403, 413, 422),
+)
+async def import_entry(request: Request, importer: ImporterDep) -> ImportResult:
+    body = await request.body()
+    try:
+        decoded = wire.decode(body)
+        asked = ImportRequest.model_validate_json(decoded.metadata.get(IMPORT_METADATA, ""))
+    except wire.WireFormatError as exc:
+        raise InvalidRequest(f"the body is not a safetensors features body: {exc}") from None
+    except ValidationError as exc:
+        reasons = describe_errors(exc.errors(include_url=False, include_input=False))
+        raise InvalidRequest(f"the `{IMPORT_METADATA}` metadata: {reasons}"[:2000]) from None
+    # hashing, statistics and the blob write are work: keep the event loop free
+    return await run_in_threadpool(importer.import_entry, asked, decoded.tensors)

@@ -1,0 +1,162 @@
+"""The importer: features computed elsewhere (a SpecForge or speculators dump, an hsstore export) stored as a
+version, once checked: the sample parses, the tensors have hsstore's layout and agree with each other, with the
+sample's token ids and, where this service runs that model revision, with the model; nothing non-finite; and the
+tensors hash to the content hash the importer computed from its files. What ran is unknown, so the backend is
+`unknown` unless the importer states one (recorded as stated, with a warning)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from schemas.api import ImportRequest, ImportResult
+from schemas.backend import UNKNOWN_BACKEND, Fingerprint
+from schemas.content_hash import content_hash
+from schemas.featureset import FeatureSet
+from schemas.keys import EntryKey
+from schemas.manifest import HIDDEN_STATES, Manifest, TensorInfo
+from schemas.samples import InvalidSampleError, ParsedSample, parse_sample
+from schemas.states import ImportStatus
+from schemas.tensors import RawTensor
+from schemas.timestamps import utc_now
+from schemas.torch_tensors import to_torch
+from service.core.gate import ExtractionGate
+from service.core.writer import FeatureWriter
+from service.errors import InvalidRequest, InvalidSample
+from service.extraction.stats import layer_stats, layer_summary
+
+_LAYOUT = {HIDDEN_STATES: "bfloat16", "input_ids": "int32", "loss_mask": "uint8"}
+_REQUIRED = (HIDDEN_STATES, "input_ids")
+
+
+class FeatureImporter:
+    def __init__(self, writer: FeatureWriter, gate: ExtractionGate, max_tokens: int) -> None:
+        self.writer = writer
+        self.gate = gate
+        self.max_tokens = max_tokens
+
+    def import_entry(self, request: ImportRequest, tensors: Mapping[str, RawTensor]) -> ImportResult:
+        try:
+            parsed = parse_sample(request.sample)
+            featureset = FeatureSet(layers=request.layers)
+        except (InvalidSampleError, ValueError) as exc:
+            raise InvalidSample(str(exc)) from None
+        if list(featureset.layers) != list(request.layers):
+            raise InvalidRequest(
+                f"layers {request.layers} are not in featureset order {featureset.layers}: hidden_states' axis 1 "
+                "follows that order, so send them sorted (embed first, ascending, final_norm last)"
+            )
+        tokens = self._check_layout(tensors, featureset)
+        warnings = self._check_against_model(request, parsed, featureset, tensors)
+        if request.prompt_tokens > tokens:
+            raise InvalidRequest(f"prompt_tokens {request.prompt_tokens} exceed the {tokens} tokens sent")
+        hidden = to_torch(tensors[HIDDEN_STATES])
+        stats = layer_stats(layer_summary(hidden), list(featureset.layers), request.source)  # refuses NaN / Inf
+        backend = request.backend or UNKNOWN_BACKEND
+        if request.backend is not None:
+            warnings.append(
+                f"backend {backend!r} is as the importer stated it, not measured: the manifest records it as stated"
+            )
+        key = EntryKey(parsed.prompt_hash, request.model_revision, backend, featureset.id)
+        had_versions = bool(self.writer.versions.versions(key))
+        manifest = Manifest(
+            prompt_hash=key.prompt_hash,
+            model_revision=key.model_revision,
+            backend=backend,
+            featureset=featureset,
+            featureset_id=featureset.id,
+            content_hash=request.content_hash,
+            sample_id=parsed.label,
+            sample=parsed.identity,
+            num_tokens=tokens,
+            prompt_tokens=request.prompt_tokens,
+            completion_tokens=tokens - request.prompt_tokens,
+            completion_source=request.completion_source,
+            tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in tensors.values()},
+            layer_stats=stats,
+            fingerprint=Fingerprint.of_import(request.source, request.backend is not None),
+            created_at=utc_now(),
+        )
+        if (actual := content_hash(tensors.values())) != request.content_hash:
+            raise InvalidRequest(f"the tensors sent hash to {actual}, not to the content hash {request.content_hash}")
+        stored, added = self.writer.record(manifest, list(tensors.values()))
+        if not added:
+            status = ImportStatus.EXISTING
+        else:
+            status = ImportStatus.VERSION_ADDED if had_versions else ImportStatus.IMPORTED
+        return ImportResult(prompt_hash=parsed.prompt_hash, status=status, manifest=stored, warnings=warnings)
+
+    def _check_layout(self, tensors: Mapping[str, RawTensor], featureset: FeatureSet) -> int:
+        """The number of tokens, once every tensor is one of hsstore's, in its dtype, and they agree."""
+        unknown = sorted(set(tensors) - set(_LAYOUT))
+        missing = [name for name in _REQUIRED if name not in tensors]
+        if unknown or missing:
+            raise InvalidRequest(
+                f"an import holds {list(_LAYOUT)} (loss_mask optional); unknown {unknown}, missing {missing}"
+            )
+        for name, tensor in tensors.items():
+            if tensor.dtype != _LAYOUT[name]:
+                raise InvalidRequest(f"{name} is {tensor.dtype}; an import sends it as {_LAYOUT[name]}")
+        hidden = tensors[HIDDEN_STATES]
+        tokens = hidden.shape[0] if hidden.shape else 0
+        if len(hidden.shape) != 3 or hidden.shape[1] != len(featureset.layers) or 0 in hidden.shape:
+            raise InvalidRequest(
+                f"hidden_states has shape {list(hidden.shape)}; want [tokens, {len(featureset.layers)} layers, hidden]"
+            )
+        for name in ("input_ids", "loss_mask"):
+            if name in tensors and tensors[name].shape != (tokens,):
+                raise InvalidRequest(f"{name} has shape {list(tensors[name].shape)}; want [{tokens}]")
+        if tokens > self.max_tokens:
+            raise InvalidRequest(f"{tokens} tokens exceed the limit of {self.max_tokens} tokens per sample")
+        if "loss_mask" in tensors and int(tensors["loss_mask"].numpy().max()) > 1:
+            raise InvalidRequest("loss_mask holds values other than 0 and 1")
+        if int(tensors["input_ids"].numpy().min()) < 0:
+            raise InvalidRequest("input_ids holds a negative token id")
+        return tokens
+
+    def _check_against_model(
+        self,
+        request: ImportRequest,
+        parsed: ParsedSample,
+        featureset: FeatureSet,
+        tensors: Mapping[str, RawTensor],
+    ) -> list[str]:
+        """The sample's own token ids must be the tensors'; where this service runs the revision, the shapes and the
+        tokenisation of text and messages are checked against its model too."""
+        ids = tensors["input_ids"].numpy()
+        sample = parsed.sample
+        completion = sample.completion
+        # ids throughout (a text or greedy completion is tokenised by the model, checked below where it runs here)
+        if sample.token_ids is not None and (completion is None or completion.token_ids is not None):
+            expected = [*sample.token_ids, *(completion.token_ids or [] if completion else [])]
+            if not np.array_equal(ids, np.asarray(expected, dtype=ids.dtype)):
+                raise InvalidRequest("input_ids are not the sample's token_ids (and completion token_ids)")
+        if not self.gate.has_model or self.gate.models.spec.revision != request.model_revision:
+            if sample.token_ids is not None:
+                return []
+            return [
+                "the tokens were not checked against the sample's text: this service does not run "
+                f"model_revision {request.model_revision}"
+            ]
+        spec = self.gate.models.spec
+        hidden_size = int(spec.config.hidden_size)
+        if tensors[HIDDEN_STATES].shape[2] != hidden_size:
+            raise InvalidRequest(
+                f"hidden_states are {tensors[HIDDEN_STATES].shape[2]} wide; model_revision "
+                f"{request.model_revision} has hidden size {hidden_size}"
+            )
+        try:
+            featureset.check_against(spec.num_layers, spec.vocab_size)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        if int(ids.max()) >= spec.vocab_size:
+            raise InvalidRequest(f"input_ids hold a token id outside the model's vocabulary of {spec.vocab_size}")
+        if sample.token_ids is None:
+            encoded = spec.encode(parsed, self.max_tokens)
+            prompt = encoded.prompt_ids
+            if list(ids[: len(prompt)]) != prompt or request.prompt_tokens != len(prompt):
+                raise InvalidRequest("input_ids do not start with the sample's prompt as this model tokenises it")
+            if encoded.completion_ids is not None and list(ids[len(prompt) :]) != encoded.completion_ids:
+                raise InvalidRequest("input_ids do not end with the sample's completion as this model tokenises it")
+        return []
