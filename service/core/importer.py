@@ -39,9 +39,12 @@ class FeatureImporter:
     def import_entry(self, request: ImportRequest, tensors: Mapping[str, RawTensor]) -> ImportResult:
         try:
             parsed = parse_sample(request.sample)
-            featureset = FeatureSet(layers=request.layers)
-        except (InvalidSampleError, ValueError) as exc:
+        except InvalidSampleError as exc:
             raise InvalidSample(str(exc)) from None
+        try:
+            featureset = FeatureSet(layers=request.layers)
+        except ValueError as exc:  # pydantic's ValidationError included
+            raise InvalidRequest(f"layers {request.layers}: {exc}"[:2000]) from None
         if list(featureset.layers) != list(request.layers):
             raise InvalidRequest(
                 f"layers {request.layers} are not in featureset order {featureset.layers}: hidden_states' axis 1 "
@@ -54,7 +57,8 @@ class FeatureImporter:
         hidden = to_torch(tensors[HIDDEN_STATES])
         stats = layer_stats(layer_summary(hidden), list(featureset.layers), request.source)  # refuses NaN / Inf
         backend = request.backend or UNKNOWN_BACKEND
-        if request.backend is not None:
+        stated = backend != UNKNOWN_BACKEND
+        if stated:
             warnings.append(
                 f"backend {backend!r} is as the importer stated it, not measured: the manifest records it as stated"
             )
@@ -75,7 +79,7 @@ class FeatureImporter:
             completion_source=request.completion_source,
             tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in tensors.values()},
             layer_stats=stats,
-            fingerprint=Fingerprint.of_import(request.source, request.backend is not None),
+            fingerprint=Fingerprint.of_import(request.source, stated),
             created_at=utc_now(),
         )
         if (actual := content_hash(tensors.values())) != request.content_hash:

@@ -65,6 +65,10 @@ def test_an_fp8_featureset_stores_one_byte_per_value_and_reads_back_as_bfloat16(
     assert small.manifest.layer_stats == exact.manifest.layer_stats
     with pytest.raises(ValueError, match="bfloat16"):
         _ = exact.fp8
+    # compare reads fp8 entries as values: the same backend twice agrees exactly
+    report = client.compare(SAMPLE, a="torch", b="torch", featureset=fp8)
+    assert [row.layer for row in report.layers] == LAYERS
+    assert all(row.cosine_min > 0.9999 and row.bitwise_equal_fraction == 1.0 for row in report.layers)
 
 
 @pytest.mark.parametrize("wire_format", ["safetensors", "chunks"])
