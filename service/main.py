@@ -213,7 +213,7 @@ def build_services(
         auditor=Auditor(reader, writer, versions, gate, preparer, verifier),
         verifier=verifier,
         estimator=Estimator(gate, preparer, versions, store, job_store, settings.codec),
-        importer=FeatureImporter(writer, gate, settings.max_sample_tokens),
+        importer=FeatureImporter(writer, versions, gate, settings.max_sample_tokens),
         rebuilder=CatalogRebuilder(store, versions),
         queue=JobQueue(job_store, gate, preparer),
         runner=runner,

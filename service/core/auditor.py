@@ -7,7 +7,7 @@ import random
 from dataclasses import replace
 
 from schemas.api import AuditReport, AuditResult, CompareReport, ExtractRequest
-from schemas.backend import Backend
+from schemas.backend import UNKNOWN_BACKEND, Backend
 from schemas.content_hash import content_hash
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import AuditRecord, Manifest
@@ -44,20 +44,21 @@ class Auditor:
         self.gate = gate
         self.preparer = preparer
 
-    def compare(self, key: FeatureKey, a: Backend, b: Backend, extract_missing: bool = False) -> CompareReport:
-        """Compare the newest versions of two backends' entries for one prompt, extracting a missing side if allowed
-        (`key.backend` is ignored: the two sides name theirs)."""
+    def compare(self, key: FeatureKey, a: str, b: str, extract_missing: bool = False) -> CompareReport:
+        """Compare the newest versions of two backends' entries for one prompt (imported ones, `unknown`, too),
+        extracting a missing side if allowed and a host can run its backend (`key.backend` is ignored: the two sides
+        name theirs)."""
         extracted: list[str] = []
         sides: list[Manifest] = []
         for backend in (a, b):
-            side = key.model_copy(update={"backend": backend.value})
+            side = key.model_copy(update={"backend": backend})
             try:
                 sides.append(self.reader.resolve(side))
             except EntryNotFound:
-                if not extract_missing:
+                if not extract_missing or backend == UNKNOWN_BACKEND:
                     raise
-                sides.append(self._extract_like(side, backend))
-                extracted.append(backend.value)
+                sides.append(self._extract_like(side, Backend(backend)))
+                extracted.append(backend)
         first, second = sides
         if (first.model_revision, first.featureset_id) != (second.model_revision, second.featureset_id):
             raise AmbiguousEntry("the two entries differ in model_revision or featureset; name both")
@@ -69,8 +70,8 @@ class Auditor:
             model_revision=first.model_revision,
             featureset_id=first.featureset_id,
             num_tokens=first.num_tokens,
-            a=a.value,
-            b=b.value,
+            a=a,
+            b=b,
             a_content_hash=first.content_hash,
             b_content_hash=second.content_hash,
             extracted=extracted,

@@ -2,7 +2,8 @@
 version, once checked: the sample parses, the tensors have hsstore's layout and agree with each other, with the
 sample's token ids and, where this service runs that model revision, with the model; nothing non-finite; and the
 tensors hash to the content hash the importer computed from its files. What ran is unknown, so the backend is
-`unknown` unless the importer states one (recorded as stated, with a warning)."""
+`unknown` unless the importer states one (recorded as stated, with a warning); a stated backend never puts other
+bits over versions extracted here."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from schemas.states import ImportStatus
 from schemas.tensors import RawTensor
 from schemas.timestamps import utc_now
 from schemas.torch_tensors import to_torch
+from service.catalog.protocol import VersionCatalog
 from service.core.gate import ExtractionGate
 from service.core.writer import FeatureWriter
 from service.errors import InvalidRequest, InvalidSample
@@ -31,8 +33,9 @@ _REQUIRED = (HIDDEN_STATES, "input_ids")
 
 
 class FeatureImporter:
-    def __init__(self, writer: FeatureWriter, gate: ExtractionGate, max_tokens: int) -> None:
+    def __init__(self, writer: FeatureWriter, versions: VersionCatalog, gate: ExtractionGate, max_tokens: int) -> None:
         self.writer = writer
+        self.versions = versions
         self.gate = gate
         self.max_tokens = max_tokens
 
@@ -63,7 +66,14 @@ class FeatureImporter:
                 f"backend {backend!r} is as the importer stated it, not measured: the manifest records it as stated"
             )
         key = EntryKey(parsed.prompt_hash, request.model_revision, backend, featureset.id)
-        had_versions = bool(self.writer.versions.versions(key))
+        existing = self.versions.versions(key)
+        measured = [m for m in existing if m.fingerprint.imported_from is None]
+        if measured and request.content_hash not in {m.content_hash for m in existing}:
+            # reads get the newest version: a stated backend must never put other bits over measured ones
+            raise InvalidRequest(
+                f"this key's features were extracted here under backend {backend!r} and the imported bits differ: "
+                "import them without --backend (as 'unknown') and compare the two"
+            )
         manifest = Manifest(
             prompt_hash=key.prompt_hash,
             model_revision=key.model_revision,
@@ -88,7 +98,7 @@ class FeatureImporter:
         if not added:
             status = ImportStatus.EXISTING
         else:
-            status = ImportStatus.VERSION_ADDED if had_versions else ImportStatus.IMPORTED
+            status = ImportStatus.VERSION_ADDED if existing else ImportStatus.IMPORTED
         return ImportResult(prompt_hash=parsed.prompt_hash, status=status, manifest=stored, warnings=warnings)
 
     def _check_layout(self, tensors: Mapping[str, RawTensor], featureset: FeatureSet) -> int:

@@ -17,7 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from client import FeatureClient
+from client import FeatureClient, InvalidRequestError
 from client.exchange import export, import_dir, newest_versions, plan_import
 from hsstore.cli import app as cli
 from schemas import wire
@@ -266,3 +266,22 @@ def test_exports_refuse_what_their_format_cannot_hold(client: FeatureClient, tmp
         export(client, list(by_featureset.values()), ExportFormat.SPECFORGE, tmp_path / "d")
     index = export(client, with_norm, ExportFormat.SPECULATORS, tmp_path / "e", layers=["embed", 7], num_layers=8)
     assert index.layer_ids == [0, 8] and (tmp_path / "e" / EXPORT_INDEX).is_file()
+
+
+def test_a_stated_backend_never_puts_other_bits_over_features_extracted_here(
+    client: FeatureClient, tmp_path: Path
+) -> None:
+    index = _export(client, FeatureSet(layers=[1, 3]), ExportFormat.SPECFORGE, tmp_path / "sf")
+    path = tmp_path / "sf" / index.entries[0].file
+    record = torch.load(path, weights_only=True)
+    record["hidden_states"][0, 0, 0] += 1  # still a valid file, other bits
+    torch.save(record, path)
+    plan = plan_import(client, tmp_path / "sf", None, None, None)  # the export's samples: the measured entries' keys
+    with pytest.raises(InvalidRequestError, match="extracted here"):
+        import_dir(client, tmp_path / "sf", plan, backend="torch")
+    assert len(list(client.entries(backend="torch"))) == 3  # the measured versions, untouched
+    summary = import_dir(client, tmp_path / "sf", plan)  # as "unknown": beside them, to compare
+    assert summary.counts["imported"] == 3
+    changed = summary.results[0].manifest
+    report = client.compare(prompt_hash=changed.prompt_hash, a="torch", b="unknown", featureset=changed.featureset_id)
+    assert report.layers[0].bitwise_equal_fraction < 1 and report.layers[1].bitwise_equal_fraction == 1
