@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import shutil
 import sys
@@ -29,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.records import record_header
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
@@ -36,7 +36,6 @@ from schemas.keys import FeatureKey
 from schemas.samples import parse_sample
 from service.extraction.extractor import Extractor
 from service.main import build_services
-from service.model.kernels import version_of
 from service.model.synthetic import build_synthetic
 from service.settings import Settings
 
@@ -96,16 +95,7 @@ def main() -> None:
     args = parser.parse_args()
 
     record: dict = {
-        "command": " ".join(["python", *sys.argv]),
-        "device": torch.cuda.get_device_name(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": version_of("transformers"),
-            "flash-linear-attention": version_of("flash-linear-attention"),
-            "causal-conv1d": version_of("causal-conv1d"),
-            "zarr": version_of("zarr"),
-        },
+        **record_header(),
     }
     started = time.perf_counter()
     loaded = build_synthetic("cuda", num_layers=args.layers)

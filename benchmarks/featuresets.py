@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.extract import lengths_totalling, random_ids
+from benchmarks.records import record_header
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
 from schemas.fp8 import dequantise, quantise
@@ -36,7 +36,6 @@ from schemas.keys import EntryFilter
 from schemas.samples import parse_sample
 from schemas.torch_tensors import to_torch
 from service.main import build_services
-from service.model.kernels import version_of
 from service.model.synthetic import build_synthetic
 from service.settings import Settings
 
@@ -83,15 +82,7 @@ def main() -> None:
     args = parser.parse_args()
 
     record: dict = {
-        "command": " ".join(["python", *sys.argv]),
-        "device": torch.cuda.get_device_name(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": version_of("transformers"),
-            "flash-linear-attention": version_of("flash-linear-attention"),
-            "causal-conv1d": version_of("causal-conv1d"),
-        },
+        **record_header(),
         "model": "Qwen3.5-27B shape, random weights (GPU.md's recipe), 64 layers, bf16",
         "layers": LAYERS,
     }

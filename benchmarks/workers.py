@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -216,20 +215,12 @@ def main() -> None:
 
     import torch
 
+    from benchmarks.records import record_header
     from schemas.featureset import FeatureSet
-    from service.model.kernels import version_of
 
     record: dict = {
-        "command": " ".join(["python", *sys.argv]),
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        **record_header(),
         "gpus": torch.cuda.device_count(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": version_of("transformers"),
-            "flash-linear-attention": version_of("flash-linear-attention"),
-            "causal-conv1d": version_of("causal-conv1d"),
-        },
         "workers": len(devices),
         "worker_devices": devices,
         "backend": args.backend,
