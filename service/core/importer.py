@@ -94,7 +94,7 @@ class FeatureImporter:
         )
         if (actual := content_hash(tensors.values())) != request.content_hash:
             raise InvalidRequest(f"the tensors sent hash to {actual}, not to the content hash {request.content_hash}")
-        stored, added = self.writer.record(manifest, list(tensors.values()))
+        stored, added = self.writer.record(manifest, list(tensors.values()), hashed=True)
         if not added:
             status = ImportStatus.EXISTING
         else:

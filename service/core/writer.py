@@ -149,9 +149,10 @@ class FeatureWriter:
     def _marked_corrupt(self, content_hash: str) -> bool:
         return any(_corrupt(m) for m in self.versions.find(EntryFilter(content_hash=content_hash), limit=1))
 
-    def record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
-        """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new."""
-        if content_hash(tensors) != manifest.content_hash:
+    def record(self, manifest: Manifest, tensors: list[RawTensor], *, hashed: bool = False) -> tuple[Manifest, bool]:
+        """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new.
+        `hashed`: the caller has just checked that they do (the importer, which answers a mismatch with a 4xx)."""
+        if not hashed and content_hash(tensors) != manifest.content_hash:
             raise CorruptEntry(f"tensors do not hash to {manifest.content_hash}")
         return self._record(manifest, tensors)
 
