@@ -43,7 +43,7 @@ class Found:
     input_ids: torch.Tensor  # int32 [T]
     loss_mask: torch.Tensor | None  # uint8 [T]
     hidden_states: torch.Tensor  # bf16 [T, L, H], layers in featureset order
-    layer_ids: list[int] | None  # in the format's convention, as the file's own metadata names them (exports)
+    layer_ids: list[int]  # in the format's convention: as given, or as an exported file's own metadata names them
 
 
 def specforge_path(index: int) -> str:

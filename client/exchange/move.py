@@ -202,9 +202,7 @@ def import_dir(
     rows = _rows(directory) if plan.fmt == ExportFormat.SPECULATORS and plan.index else []
     for position, relative in enumerate(plan.files):
         found = formats.read_file(directory, relative, plan.fmt, plan.layer_ids)
-        layers, hidden = formats.in_featureset_order(
-            from_format_ids(found.layer_ids or [], plan.fmt), found.hidden_states
-        )
+        layers, hidden = formats.in_featureset_order(from_format_ids(found.layer_ids, plan.fmt), found.hidden_states)
         exported = by_file.get(relative)
         mask = found.loss_mask
         if rows:
@@ -238,7 +236,6 @@ def _entry(
     tokens = int(ids.shape[0])
     if mask is not None and mask.shape != ids.shape:
         raise formats.FormatError(f"{found.relative}: loss_mask has {mask.shape[0]} tokens, input_ids {tokens}")
-    completion_source = None
     if exported is not None:
         sample, prompt_tokens = exported.sample, exported.prompt_tokens
         completion_source = CompletionSource(exported.completion_source) if exported.completion_source else None
