@@ -47,6 +47,7 @@ def export(
     hashes: Annotated[Path | None, typer.Option(help="JSONL of prompt hashes (e.g. `hsstore extract --json`)")] = None,
     layers: Annotated[str | None, typer.Option(help="a subset of the featureset's layers (hsstore ids)")] = None,
     num_layers: Annotated[int | None, typer.Option(help="the model's layers, if the service does not run it")] = None,
+    replace: Annotated[bool, typer.Option(help="replace an earlier hsstore export in OUT_DIR")] = False,
 ) -> None:
     """Write the newest version of each matching entry as a SpecForge or speculators dataset, with
     hsstore_export.json naming the layer convention, model revision, backend and every entry's hashes."""
@@ -59,7 +60,7 @@ def export(
             listed = [m for h in _prompt_hashes(hashes) for m in client.entries(prompt_hash=h, **filters)]
         else:
             listed = list(client.entries(prompt_hash=prompt_hash, since=since_option(since), **filters))
-        manifests = newest_versions(listed)
+        manifests = newest_versions(listed, measured_only=backend is None)
         if not manifests:
             raise CliError("no entries match", "list them with `hsstore entries` and the same filters")
         model = client.info().model
@@ -70,7 +71,7 @@ def export(
             task = progress.add_task("export", total=len(manifests))
             try:
                 index = write_export(
-                    client, manifests, fmt, out_dir, chosen, num_layers, lambda: progress.advance(task)
+                    client, manifests, fmt, out_dir, chosen, num_layers, lambda: progress.advance(task), replace
                 )
             except ValueError as exc:
                 raise CliError(str(exc)) from None

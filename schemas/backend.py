@@ -21,6 +21,12 @@ UNKNOWN_BACKEND = "unknown"
 STORED_BACKENDS = (*(b.value for b in Backend), UNKNOWN_BACKEND)
 
 
+def measured_first(backends: set[str]) -> set[str]:
+    """What a read or an export that names no backend chooses from among one prompt's backends: the ones whose
+    kernels were measured here, over imported `unknown`, wherever both exist."""
+    return backends - {UNKNOWN_BACKEND} or backends
+
+
 def check_backend(value: str | None) -> str | None:
     """The value, or ValueError naming the backends entries can be stored under."""
     if value is not None and value not in STORED_BACKENDS:

@@ -5,6 +5,7 @@ hashed here and checked by the service against that hash."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import version
@@ -16,6 +17,7 @@ from client.client import FeatureClient
 from client.exchange import formats
 from client.exchange.formats import Found
 from schemas.api import ImportRequest, ImportResult
+from schemas.backend import measured_first
 from schemas.content_hash import content_hash
 from schemas.exchange import (
     CONVENTIONS,
@@ -47,12 +49,21 @@ def _one(values: Iterable[str], what: str, option: str) -> str:
     return distinct[0]
 
 
-def newest_versions(manifests: Iterable[Manifest]) -> list[Manifest]:
-    """The newest version of each entry key (a listing shows every version, oldest first), in listing order."""
+def newest_versions(manifests: Iterable[Manifest], measured_only: bool = False) -> list[Manifest]:
+    """The newest version of each entry key (a listing shows every version, oldest first), in listing order. With
+    `measured_only` (an export that names no backend), a prompt stored both as extracted here and as imported
+    (`unknown`) gives the extracted one, as a read that names no backend does."""
     newest: dict[EntryKey, Manifest] = {}
     for manifest in manifests:
         newest[manifest.key] = manifest
-    return list(newest.values())
+    chosen = list(newest.values())
+    if measured_only:
+        backends: dict[str, set[str]] = {}
+        for manifest in chosen:
+            backends.setdefault(manifest.prompt_hash, set()).add(manifest.backend)
+        preferred = {prompt: measured_first(found) for prompt, found in backends.items()}
+        chosen = [m for m in chosen if m.backend in preferred[m.prompt_hash]]
+    return chosen
 
 
 def export(
@@ -63,6 +74,7 @@ def export(
     layers: list[LayerId] | None = None,
     num_layers: int | None = None,
     advance: Advance = lambda: None,
+    replace: bool = False,
 ) -> ExportIndex:
     """Write `manifests` (one model revision, backend and featureset: a training set never mixes them) as `fmt`
     files, then the index. `layers`: a subset of the featureset's; `num_layers`: the model's decoder layers
@@ -70,7 +82,10 @@ def export(
     if not manifests:
         raise ValueError("no entries to export")
     if out_dir.exists() and any(out_dir.iterdir()):
-        raise ValueError(f"{out_dir} is not empty: export into a new directory")
+        if not (replace and (out_dir / EXPORT_INDEX).is_file()):
+            hint = "--replace replaces an earlier export" if (out_dir / EXPORT_INDEX).is_file() else "a new one"
+            raise ValueError(f"{out_dir} is not empty: export into a new directory ({hint})")
+        shutil.rmtree(out_dir)  # only ever an earlier export: its index names it one
     revision = _one((m.model_revision for m in manifests), "model revision", "--model-revision")
     backend = _one((m.backend for m in manifests), "backend", "--backend")
     _one((m.featureset_id for m in manifests), "featureset", "--featureset")

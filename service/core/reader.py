@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from schemas import chunk_wire, wire
 from schemas.api import EntriesPage
+from schemas.backend import measured_first
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
 from schemas.keys import EntryFilter, FeatureKey
@@ -74,9 +75,12 @@ class FeatureReader:
         self.versions = versions
         self.verify_reads = verify_reads
 
-    def resolve(self, key: FeatureKey) -> Manifest:
-        """The newest version of the one entry the key names; a key part left out must be unambiguous."""
-        found = self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES)
+    def resolve(self, key: FeatureKey, layers: list[LayerId] | None = None) -> Manifest:
+        """The newest version of the one entry the key names; a key part left out must be unambiguous once two
+        rules have spoken: a read that names no backend prefers entries extracted here over imported (`unknown`)
+        ones, and a read that names layers but no featureset considers only featuresets holding those layers, and
+        of those, one holding exactly those layers if there is one."""
+        found = _preferred(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers)
         if not found:
             stored = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash), limit=_CANDIDATES)
             if not stored:
@@ -249,6 +253,20 @@ class FeatureReader:
         page = found[:limit]
         next_cursor = str(page[-1].seq) if len(found) > limit and page else None
         return EntriesPage(entries=page, next_cursor=next_cursor)
+
+
+def _preferred(found: list[Manifest], key: FeatureKey, layers: list[LayerId] | None) -> list[Manifest]:
+    """The candidates each rule keeps; a rule that would keep none keeps all (the error then names them)."""
+    rules = []
+    if key.backend is None:
+        chosen = measured_first({m.backend for m in found})
+        rules.append(lambda m: m.backend in chosen)
+    if key.featureset is None and layers:
+        rules.append(lambda m: set(layers) <= set(m.featureset.layers))
+        rules.append(lambda m: set(layers) == set(m.featureset.layers))  # and among those, exactly those layers
+    for rule in rules:
+        found = [m for m in found if rule(m)] or found
+    return found
 
 
 @contextmanager

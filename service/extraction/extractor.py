@@ -31,6 +31,9 @@ from service.model.kernels import version_of
 from service.model.loader import LoadedModel
 
 log = logging.getLogger("hsstore.extraction")
+# Device kinds where right-padded batches may run at all (after their probe). Not the CPU: on one EPYC host the probe
+# passed and real requests' batched bits still differed from one-by-one extraction, so the audit failed them.
+BATCHING_DEVICES = frozenset({"cuda"})
 _SUMMARY = "layer summary"
 
 
@@ -160,10 +163,11 @@ class Extractor:
             return self._batch_budget(batch_tokens, backend) == batch_tokens
 
     def _batch_budget(self, requested: int, backend: Backend) -> int:
-        """Batching may only change how fast, never the bits: the first time a budget is asked for, probe sequences
-        run alone and batched through every layer; if any bit differs on this device, batching stays off (measured:
-        it does on the H200 and on the CPU)."""
-        if requested <= 0:
+        """Batching may only change how fast, never the bits. A probe on a few shapes proves nothing for the shapes
+        a real request brings, so right-padded batches never run where they are not proven per device kind: on the
+        CPU (a development device) never, whatever a probe finds. Elsewhere, the first time a budget is asked for,
+        probe sequences run alone and batched through every layer; if any bit differs, batching stays off."""
+        if requested <= 0 or self.loaded.device.type not in BATCHING_DEVICES:
             return 0
         if (requested, backend) not in self._calibrated:
             keeps_bits = self._batching_keeps_bits(requested)

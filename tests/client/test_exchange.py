@@ -172,6 +172,33 @@ def test_the_cli_exports_and_imports_with_a_stated_backend_recorded_as_stated(
     assert refused.exit_code != 0 and "not empty" in refused.output
 
 
+def test_reads_and_exports_that_name_no_backend_take_the_extracted_entry_over_an_imported_one(
+    live_url: str, client: FeatureClient, tmp_path: Path
+) -> None:
+    featureset = FeatureSet(layers=[2, 5, 7])
+    index = _export(client, featureset, ExportFormat.SPECFORGE, tmp_path / "out")
+    import_dir(client, tmp_path / "out", plan_import(client, tmp_path / "out", None, None, None))
+    assert {m.backend for m in client.entries(featureset=featureset.id)} == {"torch", "unknown"}
+    for entry in index.entries:  # both exist; naming no backend means the one measured here
+        assert client.get(prompt_hash=entry.prompt_hash, featureset=featureset).manifest.backend == "torch"
+        assert client.get(prompt_hash=entry.prompt_hash, backend="unknown").manifest.backend == "unknown"
+
+    runner = CliRunner()
+    command = ["export", str(tmp_path / "out"), "--format", "specforge", "--featureset", featureset.id]
+    refused = runner.invoke(cli, [*command, "--url", live_url])
+    assert refused.exit_code == 1 and "--replace" in refused.output
+    for _ in range(2):  # again and again: an earlier export is replaced, never mixed with
+        replaced = runner.invoke(cli, [*command, "--url", live_url, "--replace"])
+        assert replaced.exit_code == 0, replaced.output
+        said = " ".join(replaced.output.split())  # the console wraps
+        assert "exported 3 entries" in said and "backend torch" in said
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    mine = ["export", str(tmp_path / "other"), "--format", "specforge", "--url", live_url, "--replace"]
+    kept = runner.invoke(cli, mine)
+    assert kept.exit_code == 1 and (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
 def test_a_foreign_specforge_dump_imports_under_backend_unknown_with_its_mask_as_a_completion(
     other_store: FeatureClient, tmp_path: Path
 ) -> None:

@@ -57,7 +57,7 @@ def get_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsCh
     """Token ranges are clipped to the entry as Python slicing clips (`X-Hsstore-Tokens` says what was served);
     only an empty selection is refused. A client that accepts the chunk wire format gets the stored chunks (the
     service decodes and hashes nothing); entries written before chunk digests go out as safetensors either way."""
-    manifest = reader.resolve(query.key)
+    manifest = reader.resolve(query.key, query.layers)
     body = reader.chunk_body(manifest, query.layers, query.tokens) if chunks_ok else None
     if body is not None:
         headers = {**_key_headers(manifest), **_part_headers(body.part), "Content-Length": str(body.length)}
@@ -82,7 +82,7 @@ def get_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsCh
     responses={200: {"description": "it exists"}, **errors(401, 403, 404, 409, 422)},
 )
 def head_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsChunksDep) -> Response:
-    manifest = reader.resolve(query.key)
+    manifest = reader.resolve(query.key, query.layers)
     body = reader.chunk_body(manifest, query.layers, query.tokens) if chunks_ok else None
     length = body.length if body is not None else reader.served_length(manifest, query.layers, query.tokens)
     media_type = chunk_wire.MEDIA_TYPE if body is not None else SAFETENSORS
@@ -107,7 +107,7 @@ def batch_features(
     chunk wire format gets CHUNKS frames (safetensors FEATURES frames for entries written before chunk digests)."""
     if len(request.keys) > settings.max_batch_keys:
         raise TooLarge(f"{len(request.keys)} keys in one batch; this service takes at most {settings.max_batch_keys}")
-    resolved = [(reader.resolve(item.key), item) for item in request.keys]
+    resolved = [(reader.resolve(item.key, item.layers), item) for item in request.keys]
     # every slice checked, and the response's size known, before the first byte is sent
     total = sum(reader.served_length(manifest, item.layers, item.token_range()) for manifest, item in resolved)
     if total > settings.max_batch_bytes:
@@ -164,6 +164,6 @@ def locate_features(request: BatchRequest, reader: ReaderDep, settings: Settings
         raise TooLarge(f"{len(request.keys)} keys in one request; this service takes at most {settings.max_batch_keys}")
     entries = []
     for item in request.keys:
-        manifest = reader.resolve(item.key)
+        manifest = reader.resolve(item.key, item.layers)
         entries.append(reader.direct(manifest, item.layers, item.token_range(), settings.direct_url_expires_s))
     return chunk_wire.DirectEntries(entries=entries)

@@ -1,6 +1,6 @@
 """Batching may change how fast, never the bits. Whether right-padded batches keep every bit is a property of the
-kernels and the CPU or GPU at hand, so these tests force the probe's answer each way and, on the real probe, assert
-only what must hold whatever it finds."""
+kernels and the CPU or GPU at hand, so these tests force the probe's answer each way (on a device kind where
+batching may run at all) and, on the real probe, assert only what must hold whatever it finds."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from service.extraction.batching import describe, plan_batches
+from service.extraction import extractor
 from service.extraction.extractor import Extractor
 from service.main import Services, build_services
 from service.model.loader import LoadedModel
@@ -31,12 +32,19 @@ def test_plan_batches_respects_the_token_budget() -> None:
     assert plan_batches(lengths, batch_tokens=0) == [[5], [1], [2], [3], [0], [4]]
 
 
+@pytest.fixture
+def cpu_may_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let the probe decide on the CPU, as it does on a GPU: the forced-probe tests below test that decision."""
+    monkeypatch.setattr(extractor, "BATCHING_DEVICES", frozenset({"cuda", "cpu"}))
+
+
 def _libraries(settings: Settings, loaded: LoadedModel) -> tuple[Services, Services]:
     one = build_services(settings.model_copy(update={"data_dir": settings.data_dir / "one"}), loaded)
     update = {"data_dir": settings.data_dir / "batched", "batch_tokens": BUDGET}
     return one, build_services(settings.model_copy(update=update), loaded)
 
 
+@pytest.mark.usefixtures("cpu_may_batch")
 def test_a_probe_that_finds_changed_bits_keeps_one_sequence_per_forward(
     settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, forward_sizes: list[int]
 ) -> None:
@@ -51,6 +59,7 @@ def test_a_probe_that_finds_changed_bits_keeps_one_sequence_per_forward(
     assert {r.manifest.fingerprint.batching for r in results} == {describe(0)}
 
 
+@pytest.mark.usefixtures("cpu_may_batch")
 def test_a_probe_that_finds_every_bit_kept_batches_and_says_so(
     settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, forward_sizes: list[int]
 ) -> None:
@@ -72,6 +81,21 @@ def test_a_probe_that_finds_every_bit_kept_batches_and_says_so(
             torch.from_numpy(h.astype("int32") << 16).view(torch.float32) for h in (batched_hidden, single_hidden)
         ]
         torch.testing.assert_close(*as_float, rtol=0.05, atol=0.05)
+
+
+def test_the_cpu_never_batches_whatever_a_probe_finds(
+    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, forward_sizes: list[int]
+) -> None:
+    """A probe on a few shapes proved nothing for other shapes on one EPYC host: the CPU runs one by one."""
+    probed: list[int] = []
+    monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: probed.append(budget) or True)
+    one, batched = _libraries(settings, tiny_loaded)
+    expected = [r.manifest.content_hash for r in one.writer.extract(REQUEST).results]
+    forward_sizes.clear()
+    results = batched.writer.extract(REQUEST).results
+    assert max(forward_sizes) == 1 and not probed
+    assert [r.manifest.content_hash for r in results] == expected
+    assert {r.manifest.fingerprint.batching for r in results} == {describe(0)}
 
 
 def test_the_real_probe_never_costs_a_bit(settings: Settings, tiny_loaded: LoadedModel) -> None:
