@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hsstore import cli_exchange, cli_ops, cli_read, cli_write
 from hsstore.cli_errors import ErrorReportingGroup
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 app = typer.Typer(
     help="hsstore: a hidden-state feature store",
@@ -68,8 +71,25 @@ def serve(
         if v is not None
     }
     settings = Settings.load(config, **overrides)
+    _check_port_free(settings.host, settings.port)  # before the model loads and "listening" is printed
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=True)
+
+
+def _check_port_free(host: str, port: int) -> None:
+    import socket
+
+    from hsstore.cli_errors import CliError
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: only a listener is in the way
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise CliError(
+                f"cannot listen on {host}:{port}: {exc.strerror}",
+                "is another `hsstore serve` running there? pick another with --port (or HSSTORE_PORT)",
+            ) from None
 
 
 @app.command()
@@ -130,13 +150,35 @@ def devmodel(
     typer.echo(f"{out_dir}  model_revision={model_revision(out_dir)}")
 
 
+# What an admin verb reads, and how to tell a store holds it (the catalog and the blobs may instead be at
+# HSSTORE_CATALOG_URL / HSSTORE_STORE_URL)
+_STORE_HOLDS = {
+    "catalog.sqlite": lambda s: s.catalog_url is not None or s.catalog_path.exists(),
+    "manifests/": lambda s: s.store_url is not None or (s.data_dir / "manifests").is_dir(),
+}
+
+
+def _store_settings(data_dir: Path, needs: str) -> Settings:
+    """Settings for an admin verb on an existing store: a directory without one is an error, never a new empty
+    store reported as checked."""
+    from hsstore.cli_errors import CliError
+    from service.settings import Settings
+
+    settings = Settings.load(data_dir=data_dir, model_dir=None)
+    if not _STORE_HOLDS[needs](settings):
+        raise CliError(
+            f"{data_dir} holds no hsstore store (no {needs} there)",
+            "name the data directory `hsstore serve` uses (HSSTORE_DATA_DIR)",
+        )
+    return settings
+
+
 @app.command("rebuild-catalog")
 def rebuild_catalog(data_dir: Path) -> None:
     """Re-create catalog rows from the manifest documents stored beside the blobs."""
     from service.main import build_services
-    from service.settings import Settings
 
-    services = build_services(Settings.load(data_dir=data_dir, model_dir=None))
+    services = build_services(_store_settings(data_dir, "manifests/"))
     try:
         report = services.rebuilder.rebuild()
     finally:
@@ -159,9 +201,8 @@ def verify(
     hash); corrupt ones are marked in the catalog and never served as valid. Resumes an interrupted scrub."""
     from hsstore.cli_options import console, progress_bar
     from service.main import build_services
-    from service.settings import Settings
 
-    services = build_services(Settings.load(data_dir=data_dir, model_dir=None))
+    services = build_services(_store_settings(data_dir, "catalog.sqlite"))
     try:
         with progress_bar() as bar:
             task = bar.add_task("verify", total=None)

@@ -61,6 +61,12 @@ def debug_requested() -> bool:
 class ErrorReportingGroup(TyperGroup):
     """Every command's failure reported by `explain` and exit status 1; click's own usage errors stay as they are."""
 
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        """`--debug` anywhere on the line (`hsstore entries --debug`), not only before the command."""
+        if "--debug" in args[1:]:
+            args = ["--debug", *(a for a in args if a != "--debug")]
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)

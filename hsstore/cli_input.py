@@ -83,7 +83,8 @@ def since_option(since: str | None) -> str | None:
 
 
 def resolve_prompt_hash(client: FeatureClient, given: str, **filters: Any) -> str:
-    """A whole prompt hash from a unique prefix of one (as `hsstore entries` prints them)."""
+    """A whole prompt hash from a unique prefix of one (as `hsstore entries` prints them); `filters` only narrow
+    a prefix that several prompts share."""
     if is_prompt_hash(given):
         return given
     try:
@@ -91,6 +92,9 @@ def resolve_prompt_hash(client: FeatureClient, given: str, **filters: Any) -> st
     except ValueError as exc:
         raise CliError(str(exc)) from None
     hashes = sorted({m.prompt_hash for m in client.entries(prompt_hash=given, page_size=100, **filters)})
+    if not hashes and any(v is not None for v in filters.values()):
+        # the prefix may name a prompt stored only under other key parts: the read then says which exist
+        hashes = sorted({m.prompt_hash for m in client.entries(prompt_hash=given, page_size=100)})
     if not hashes:
         raise CliError(f"no stored entry's prompt hash starts with {given}", "list them with `hsstore entries`")
     if len(hashes) > 1:

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from hsstore import cli_output as out
-from hsstore.cli_errors import CliError
 from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
 
 
@@ -40,6 +39,11 @@ def jobs(
         console.print("no jobs")
 
 
+# What `window open` and `close` say on a service without windows: both succeed, neither changes anything
+_ALWAYS = (
+    "this service has no schedule and no hand-over, so the GPU is always its own "
+    "(configure `windows` or `handover` to share it with SGLang)"
+)
 window_app = typer.Typer(help="Downtime windows: when SGLang lends the GPU", no_args_is_help=True)
 
 
@@ -58,7 +62,10 @@ def window_open(
 ) -> None:
     """Open a manual window now (SGLang is asked for the GPU when work needs it)."""
     with client_for(url, token) as client:
-        typer.echo(out.window_line(client.open_window(minutes)))
+        state = client.open_window(minutes)
+    typer.echo(out.window_line(state))
+    if state.source == "always":
+        console.print(f"nothing to open: {_ALWAYS}")
 
 
 @window_app.command("close")
@@ -66,9 +73,6 @@ def window_close(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> Non
     """Close the window now; work stops at the next batch boundary and the GPU goes back to SGLang."""
     with client_for(url, token) as client:
         state = client.close_window()
-    if state.source == "always":
-        raise CliError(
-            "nothing to close: this service has no schedule and no hand-over, so the GPU is always its own",
-            "configure `windows` or `handover` to share the GPU with SGLang",
-        )
     typer.echo(out.window_line(state))
+    if state.source == "always":
+        console.print(f"nothing to close: {_ALWAYS}")

@@ -3,6 +3,9 @@ for progress, the client, and the sample-file argument."""
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,10 +34,44 @@ TopKOption = Annotated[
 ]
 
 
+def service_url(given: str) -> str:
+    """The service's base URL from what a user types: `host:port` and `host` get `http://`; the API's own paths
+    (`.../v1`) are refused in one line saying what a base URL looks like."""
+    from urllib.parse import urlsplit
+
+    from hsstore.cli_errors import CliError
+
+    url = given.strip() if "://" in given else f"http://{given.strip()}"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.rstrip("/").endswith("/v1"):
+        raise CliError(
+            f"--url {given!r} is not a service's base URL",
+            f"give it as http://HOST:PORT or HOST:PORT, e.g. {DEFAULT_URL} (no /v1: the client adds the paths)",
+        )
+    return url
+
+
 def client_for(url: str, token: str | None) -> FeatureClient:
     from client import FeatureClient  # on first use: `hsstore --help` needs no client
 
-    return FeatureClient(url, token)
+    return FeatureClient(service_url(url), token)
+
+
+INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def stoppable() -> Iterator[None]:
+    """SIGTERM as Ctrl-C inside a command that reports what it did before it stops (KeyboardInterrupt)."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def progress_bar() -> Progress:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +14,7 @@ from hsstore.cli_errors import CliError
 from hsstore.cli_input import SampleFile, featureset_option
 from hsstore.cli_options import (
     DEFAULT_URL,
+    INTERRUPTED,
     DtypeOption,
     JsonOption,
     LayersOption,
@@ -24,7 +26,12 @@ from hsstore.cli_options import (
     client_for,
     console,
     progress_bar,
+    stoppable,
 )
+from schemas.timestamps import stamp
+
+if TYPE_CHECKING:
+    from schemas.api import ExtractResult
 
 
 def extract(
@@ -43,39 +50,60 @@ def extract(
     samples = SampleFile(jsonl)
     featureset = featureset_option(layers, dtype, target_ids, top_k)
     counts = {"extracted": 0, "existing": 0}
-    with client_for(url, token) as client, progress_bar() as progress:
-        task = progress.add_task("extract", total=len(samples.samples))
-        for start in range(0, len(samples.samples), batch):
-            try:
-                response = client.extract(
-                    samples.samples[start : start + batch], featureset=featureset, backend=backend
-                )
-            except Exception as exc:
-                _stopped_after(exc, samples, start, counts)
-                raise
-            if start == 0 and not as_json and response.results:
-                m = response.results[0].manifest
-                layer_list = ",".join(map(str, m.featureset.layers))
-                typer.echo(f"featureset {m.featureset_id} (layers {layer_list}), backend {m.backend}")
-            for offset, result in enumerate(response.results):
-                index = start + offset
-                if as_json:
-                    record = {
-                        "line": samples.lines[index],
-                        "id": result.sample_id,
-                        "prompt_hash": result.prompt_hash,
-                        "status": result.status,
-                        "backend": result.manifest.backend,
-                        "featureset": result.manifest.featureset_id,
-                        "content_hash": result.manifest.content_hash,
-                    }
-                    typer.echo(json.dumps(record))
-                else:
-                    typer.echo(f"{result.status:13} {result.prompt_hash[: out.SHORT]}  {samples.label(index)}")
-            counts["extracted"] += response.extracted
-            counts["existing"] += response.existing
-            progress.advance(task, len(response.results))
+    started = stamp(datetime.now(UTC))
+    in_flight = 0  # samples of a request sent and not yet answered
+    try:
+        with stoppable(), client_for(url, token) as client, progress_bar() as progress:
+            task = progress.add_task("extract", total=len(samples.samples))
+            for start in range(0, len(samples.samples), batch):
+                in_flight = min(batch, len(samples.samples) - start)
+                try:
+                    response = client.extract(
+                        samples.samples[start : start + batch], featureset=featureset, backend=backend
+                    )
+                    in_flight = 0
+                except Exception as exc:
+                    _stopped_after(exc, samples, start, counts)
+                    raise
+                if start == 0 and not as_json and response.results:
+                    m = response.results[0].manifest
+                    layer_list = ",".join(map(str, m.featureset.layers))
+                    typer.echo(f"featureset {m.featureset_id} (layers {layer_list}), backend {m.backend}")
+                for offset, result in enumerate(response.results):
+                    _print_result(result, samples, start + offset, as_json)
+                counts["extracted"] += response.extracted
+                counts["existing"] += response.existing
+                progress.advance(task, len(response.results))
+    except KeyboardInterrupt:
+        stored = counts["extracted"] + counts["existing"]
+        to_line = f" (to line {samples.lines[stored - 1]})" if stored else ""
+        held = (
+            f"; the service finishes the request it holds ({in_flight} more samples) and stores them too"
+            if in_flight
+            else ""
+        )
+        console.print(
+            f"interrupted: {stored} of {len(samples.samples)} samples stored{to_line}{held}\n"
+            f"  list what is stored: hsstore entries --since {started}; running the command again skips it"
+        )
+        raise typer.Exit(INTERRUPTED) from None
     console.print(f"{counts['extracted']} extracted, {counts['existing']} already stored")
+
+
+def _print_result(result: ExtractResult, samples: SampleFile, index: int, as_json: bool) -> None:
+    if as_json:
+        record = {
+            "line": samples.lines[index],
+            "id": result.sample_id,
+            "prompt_hash": result.prompt_hash,
+            "status": result.status,
+            "backend": result.manifest.backend,
+            "featureset": result.manifest.featureset_id,
+            "content_hash": result.manifest.content_hash,
+        }
+        typer.echo(json.dumps(record))
+    else:
+        typer.echo(f"{result.status:13} {result.prompt_hash[: out.SHORT]}  {samples.label(index)}")
 
 
 def estimate(
@@ -183,16 +211,30 @@ def warm(
         )
         if not wait:
             return
-        with progress_bar() as progress:
-            task = progress.add_task("warm", total=status.total)
-            while status.state in ("queued", "running"):
-                note = " (waiting for a window)" if status.waiting_for_window else ""
-                rate = f" {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
-                progress.update(task, completed=status.done + status.failed, description=f"warm{rate}{note}")
-                time.sleep(1.0)
-                status = client.job(status.id)
+        try:
+            with stoppable(), progress_bar() as progress:
+                task = progress.add_task("warm", total=status.total)
+                while True:
+                    note = " (waiting for a window)" if status.waiting_for_window else ""
+                    rate = f" {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
+                    progress.update(task, completed=status.done + status.failed, description=f"warm{rate}{note}")
+                    if status.state not in ("queued", "running"):
+                        break  # the last frame shows the finished count
+                    time.sleep(1.0)
+                    status = client.job(status.id)
+        except KeyboardInterrupt:
+            console.print(
+                f"stopped following job {status.id}: it goes on in the service ({status.done + status.failed}/"
+                f"{status.total} done so far)\n  follow it: hsstore jobs {status.id}; stop it: hsstore jobs --cancel "
+                f"{status.id}"
+            )
+            raise typer.Exit(INTERRUPTED) from None
     rate = f", {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
-    typer.echo(f"{status.state}: {status.done} stored, {status.failed} failed, {status.tokens:,} tokens{rate}")
+    new = status.done - status.existing
+    typer.echo(
+        f"{status.state}: {new} new, {status.existing} already stored, {status.failed} failed, "
+        f"{status.tokens:,} tokens extracted{rate}"
+    )
     for error in status.errors[:20]:
         typer.echo(f"  {samples.where(error.index)} ({error.backend}): {error.message}")
     if status.error:

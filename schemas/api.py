@@ -223,7 +223,8 @@ class JobStatus(BaseModel):
     featureset_id: str
     completion: str | None
     total: int
-    done: int
+    done: int  # stored: extracted by the job, or found already stored (`existing` of them)
+    existing: int = 0
     failed: int
     pending: int
     completions_fetched: int

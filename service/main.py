@@ -227,7 +227,7 @@ def startup_lines(services: Services) -> list[str]:
     lines = [f"hsstore {__version__} listening on http://{settings.host}:{settings.port} (API docs at /docs)"]
     models = services.models
     if models is None:
-        lines.append("model: none: a read-only replica, serving stored features only")
+        lines.append("model: none: serves stored features and takes imports; extraction is refused")
     else:
         spec = models.spec
         when = "loaded" if models.loaded else "loaded when a window opens (SGLang has the GPU until then)"
@@ -249,7 +249,8 @@ def startup_lines(services: Services) -> list[str]:
     if settings.tokens:
         lines.append(f"auth: on ({len(settings.tokens)} bearer tokens)")
     else:
-        lines.append("auth: off (no tokens configured: whoever reaches this port can read and write)")
+        can = "read" if services.store.read_only else "read and write"
+        lines.append(f"auth: off (no tokens configured: whoever reaches this port can {can})")
     if services.windows.enforced:
         schedule = "; ".join(settings.windows) or "manual only"
         lines.append(f"extraction windows: {schedule}; hand-over: {settings.handover}")

@@ -30,7 +30,9 @@ def test_operator_warm_run_then_get_compare_audit(live_url: str, tmp_path: Path)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("\n".join(json.dumps(p) for p in coding_prompts()[:4]))
     out = run("warm", str(prompts), "--url", live_url, "--backend", "torch", "--layers", "1,3")
-    assert "done: 4 stored, 0 failed" in out
+    assert "done: 4 new, 0 already stored, 0 failed" in out
+    again = run("warm", str(prompts), "--url", live_url, "--backend", "torch", "--layers", "1,3")
+    assert "done: 0 new, 4 already stored, 0 failed, 0 tokens extracted" in again
     assert "done" in run("jobs", "--url", live_url)
     assert "always" in run("window", "status", "--url", live_url)
     key = prompt_hash(coding_prompts()[0])

@@ -204,10 +204,8 @@ def test_jobs_print_ids_that_paste_back(live_url: str, prompts: Path) -> None:
     assert "no job" in line
 
 
-def test_window_close_without_a_schedule_says_the_gpu_is_always_ours(live_url: str) -> None:
-    first, hint = failed("window", "close", "--url", live_url)
-    assert "always" in first and "windows" in hint
-    assert "always open" in ok("window", "status", "--url", live_url)
+def test_window_status_without_a_schedule_says_the_gpu_is_always_ours(live_url: str) -> None:
+    assert "always open" in ok("window", "status", "--url", live_url)  # open/close: tests/test_cli_first_day.py
 
 
 def test_window_status_shows_the_next_scheduled_opening(settings: Settings, tiny_loaded: LoadedModel) -> None:
@@ -264,4 +262,5 @@ def test_a_replica_without_a_model_says_so(server_process, tmp_path: Path) -> No
     server = server_process({"HSSTORE_DATA_DIR": str(tmp_path / "d"), "HSSTORE_TOKENS": '{"t": ["read"]}'}).start()
     server.stop()
     log = server.output()
-    assert "read-only replica" in log and "auth: on (1 bearer tokens)" in log
+    assert "model: none: serves stored features and takes imports; extraction is refused" in log
+    assert "auth: on (1 bearer tokens)" in log and "read-only replica" not in log

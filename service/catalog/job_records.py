@@ -25,6 +25,7 @@ class JobRecord:
     tokens: int
     busy_s: float
     error: str | None = None
+    existing: int = 0  # items that found their entry already stored
 
 
 @dataclass(frozen=True, slots=True)

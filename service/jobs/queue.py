@@ -83,6 +83,7 @@ class JobQueue:
             completion=job.completion,
             total=done + failed + pending,
             done=done,
+            existing=job.existing,
             failed=failed,
             pending=pending,
             completions_fetched=counts["completions_fetched"],

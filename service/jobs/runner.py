@@ -195,17 +195,19 @@ class JobRunner:
         started = time.monotonic()
         outcomes = self._extract(items, featureset, backend)
         self._host_failures.pop(job.id, None)
-        tokens = 0
+        tokens = existing = 0
         for item, outcome in outcomes:
             if isinstance(outcome, str):
                 recorded = self.jobs.finish_item(item, ItemState.FAILED, error=outcome, worker=self.worker)
             else:
                 digest = outcome.manifest.content_hash
                 recorded = self.jobs.finish_item(item, ItemState.DONE, content_hash=digest, worker=self.worker)
-                tokens += outcome.manifest.num_tokens if recorded and outcome.status != ExtractStatus.EXISTING else 0
+                found = outcome.status == ExtractStatus.EXISTING
+                tokens += outcome.manifest.num_tokens if recorded and not found else 0
+                existing += int(recorded and found)
             if not recorded:  # our lease ran out and another worker took the item: its outcome is the same entry
                 log.warning("lost the lease on item %s/%s of job %s", item.index, item.backend, job.id)
-        self.jobs.add_job_work(job.id, tokens, time.monotonic() - started)
+        self.jobs.add_job_work(job.id, tokens, time.monotonic() - started, existing)
         if not self.jobs.pending_items(job.id, 1):
             self._finish(job)
 

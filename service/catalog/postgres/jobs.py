@@ -44,11 +44,12 @@ CREATE TABLE job_items (
 CREATE INDEX job_items_pending ON job_items (job_id, state)
 """,
     "ALTER TABLE job_items ADD COLUMN lease_owner TEXT; ALTER TABLE job_items ADD COLUMN lease_until DOUBLE PRECISION",
+    "ALTER TABLE jobs ADD COLUMN existing INTEGER NOT NULL DEFAULT 0",  # items found already stored
 ]
 _NOW = "EXTRACT(EPOCH FROM clock_timestamp())"  # the database's clock: every host's workers agree on it
 _JOB_COLUMNS = (
     "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, finished_at, tokens, "
-    "busy_s, error"
+    "busy_s, error, existing"
 )
 _ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, completion_ids, completion_source"
 
@@ -145,10 +146,11 @@ class PostgresJobStore:
                 (state, started_at, finished_at, error, job_id),
             )
 
-    def add_job_work(self, job_id: str, tokens: int, busy_s: float) -> None:
+    def add_job_work(self, job_id: str, tokens: int, busy_s: float, existing: int = 0) -> None:
         with self.db.writing() as conn:
             conn.execute(
-                "UPDATE jobs SET tokens = tokens + %s, busy_s = busy_s + %s WHERE id = %s", (tokens, busy_s, job_id)
+                "UPDATE jobs SET tokens = tokens + %s, busy_s = busy_s + %s, existing = existing + %s WHERE id = %s",
+                (tokens, busy_s, existing, job_id),
             )
 
     def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]:

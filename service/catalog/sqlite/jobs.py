@@ -45,7 +45,9 @@ CREATE INDEX IF NOT EXISTS job_items_pending ON job_items (job_id, state);
 
 _LEASES = "ALTER TABLE job_items ADD COLUMN lease_owner TEXT; ALTER TABLE job_items ADD COLUMN lease_until REAL"
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # the database's clock, in epoch seconds
-MIGRATIONS = [_SCHEMA, _LEASES]
+# items a job found already stored: a warm run of stored samples says "0 new", not "10 stored"
+_EXISTING = "ALTER TABLE jobs ADD COLUMN existing INTEGER NOT NULL DEFAULT 0"
+MIGRATIONS = [_SCHEMA, _LEASES, _EXISTING]
 
 
 class SqliteJobStore:
@@ -55,14 +57,14 @@ class SqliteJobStore:
 
     _JOB_COLUMNS = (
         "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, "
-        "finished_at, tokens, busy_s, error"
+        "finished_at, tokens, busy_s, error, existing"
     )
     _ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, completion_ids, completion_source"
 
     def create_job(self, job: JobRecord, items: list[NewItem]) -> None:
         with self.db.transaction() as conn:
             conn.execute(
-                f"INSERT INTO jobs ({self._JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO jobs ({self._JOB_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job.id,
                     job.state,
@@ -77,6 +79,7 @@ class SqliteJobStore:
                     0,
                     0.0,
                     None,
+                    0,
                 ),
             )
             conn.executemany(
@@ -148,10 +151,11 @@ class SqliteJobStore:
                 (state, started_at, finished_at, error, job_id),
             )
 
-    def add_job_work(self, job_id: str, tokens: int, busy_s: float) -> None:
+    def add_job_work(self, job_id: str, tokens: int, busy_s: float, existing: int = 0) -> None:
         with self.db.writing() as conn:
             conn.execute(
-                "UPDATE jobs SET tokens = tokens + ?, busy_s = busy_s + ? WHERE id = ?", (tokens, busy_s, job_id)
+                "UPDATE jobs SET tokens = tokens + ?, busy_s = busy_s + ?, existing = existing + ? WHERE id = ?",
+                (tokens, busy_s, existing, job_id),
             )
 
     def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]:

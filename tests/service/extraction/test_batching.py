@@ -10,8 +10,8 @@ import torch
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from service.extraction.batching import describe, plan_batches
 from service.extraction import extractor
+from service.extraction.batching import describe, plan_batches
 from service.extraction.extractor import Extractor
 from service.main import Services, build_services
 from service.model.loader import LoadedModel
