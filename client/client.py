@@ -40,6 +40,8 @@ from schemas.api import (
     JobStatus,
     WindowOpenRequest,
     WindowState,
+    WorkerLease,
+    WorkerList,
 )
 from schemas.chunk_wire import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
@@ -410,6 +412,10 @@ class FeatureClient:
 
     def jobs(self) -> list[JobStatus]:
         return self._transport.call(JobList, "GET", "/v1/jobs").jobs
+
+    def workers(self) -> list[WorkerLease]:
+        """Live workers and the job items each holds under a lease."""
+        return self._transport.call(WorkerList, "GET", "/v1/workers").workers
 
     def cancel_job(self, job_id: str) -> JobStatus:
         return self._transport.call(JobStatus, "DELETE", f"/v1/jobs/{job_id}")

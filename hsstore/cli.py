@@ -31,6 +31,7 @@ for command in (
     cli_write.warm,
     cli_write.estimate,
     cli_ops.jobs,
+    cli_ops.workers,
     cli_read.get,
     cli_read.entries,
     cli_read.compare,

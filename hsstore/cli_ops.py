@@ -44,6 +44,25 @@ _ALWAYS = (
     "this service has no schedule and no hand-over, so the GPU is always its own "
     "(configure `windows` or `handover` to share it with SGLang)"
 )
+
+
+def workers(url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False) -> None:
+    """Live workers of the cluster: the job items each holds under a lease, and when its lease runs out unless its
+    heartbeat renews it. A worker that holds nothing is idle (or gone): nothing in the catalog says which."""
+    with client_for(url, token) as client:
+        leases = client.workers()
+    if as_json:
+        typer.echo(json.dumps([lease.model_dump() for lease in leases], indent=2))
+    elif leases:
+        rows = [
+            (lease.worker, lease.job_id[: out.SHORT], str(lease.items), f"{lease.expires_in_s:.0f} s")
+            for lease in leases
+        ]
+        out.table(("WORKER", "JOB", "ITEMS", "LEASE LEFT"), rows, frozenset({2, 3}))
+    else:
+        console.print("no worker holds a lease now")
+
+
 window_app = typer.Typer(help="Downtime windows: when SGLang lends the GPU", no_args_is_help=True)
 
 

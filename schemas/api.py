@@ -242,6 +242,19 @@ class JobList(BaseModel):
     jobs: list[JobStatus]
 
 
+class WorkerLease(BaseModel):
+    """What one worker holds of one job under a live lease."""
+
+    worker: str  # its lease name (HSSTORE_WORKER_NAME, default host:device)
+    job_id: str
+    items: int
+    expires_in_s: float  # until its latest lease runs out, unless its heartbeat renews it
+
+
+class WorkerList(BaseModel):
+    workers: list[WorkerLease]
+
+
 class WindowOpenRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -165,3 +165,23 @@ def test_serve_on_a_busy_port_says_so_in_one_line_before_loading_anything(tiny_m
     lines = done.stderr.strip().splitlines()
     assert lines[0] == f"error: cannot listen on 127.0.0.1:{port}: Address already in use", lines
     assert "--port" in lines[1] and len(lines) == 2
+
+
+def test_workers_lists_who_holds_which_items_until_when(settings, tiny_loaded, tmp_path: Path, prompts: Path) -> None:
+    from service.main import create_app
+    from tests.conftest import LiveServer
+
+    later = datetime.now(UTC) + timedelta(hours=12)
+    windowed = create_app(
+        settings.model_copy(update={"windows": [f"Mon-Sun {later:%H}:00-{later:%H}:30 UTC"]}), tiny_loaded
+    )
+    with LiveServer(windowed) as url:
+        assert "no worker holds a lease now" in invoke("workers", "--url", url).stderr
+        submitted = ok("warm", str(prompts), "--url", url, "--no-wait")  # "job <id>: 3 items ..."
+        job = submitted.split(":", 1)[0].removeprefix("job ")
+        windowed.state.queue.jobs.claim_items(job, "gpu-host-7:cuda:3", 2, lease_s=600)  # as a worker's claim
+        listed = ok("workers", "--url", url)
+        assert "gpu-host-7:cuda:3" in listed and job[:10] in listed and " 2 " in listed
+        (lease,) = json.loads(ok("workers", "--url", url, "--json"))
+        assert (lease["worker"], lease["job_id"], lease["items"]) == ("gpu-host-7:cuda:3", job, 2)
+        assert 590 < lease["expires_in_s"] <= 600

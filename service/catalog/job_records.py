@@ -40,6 +40,15 @@ class JobItem:
     completion_source: str | None
 
 
+class LeaseRecord(NamedTuple):
+    """What one worker holds of one job: how many items, and how long until its latest lease runs out."""
+
+    worker: str
+    job_id: str
+    items: int
+    expires_in_s: float
+
+
 class NewItem(NamedTuple):
     """An item as a job is created: which sample, for which backend, and the greedy completion it asks for."""
 

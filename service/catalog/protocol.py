@@ -8,7 +8,7 @@ from typing import Protocol
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import ItemState, JobState
-from service.catalog.job_records import JobItem, JobRecord, NewItem
+from service.catalog.job_records import JobItem, JobRecord, LeaseRecord, NewItem
 
 
 class VersionCatalog(Protocol):
@@ -84,6 +84,9 @@ class JobStore(Protocol):
 
     def release_leases(self, worker: str) -> None:
         """A worker stopping cleanly hands back what it held, for the others to take at once."""
+
+    def live_leases(self) -> list[LeaseRecord]:
+        """Per worker and job, the pending items it holds under a lease that has not run out (`hsstore workers`)."""
 
     def finish_item(
         self,

@@ -195,6 +195,18 @@ class JobStoreTests:
         assert jobs.finish_item(taken, ItemState.DONE, "sha256:" + "1" * 64, worker="alive") is True
         assert jobs.job_counts("j") == {"done": 1, "completions_fetched": 0}
 
+    def test_live_leases_list_what_each_worker_holds_until_it_runs_out_or_is_done(self, jobs: JobStore) -> None:
+        items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(5)]
+        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        held = jobs.claim_items("j", "w1", 3, lease_s=60)
+        jobs.claim_items("j", "w2", 2, lease_s=0.2)
+        time.sleep(0.3)  # w2's leases ran out: it holds nothing any more
+        assert jobs.finish_item(held[0], ItemState.DONE, "sha256:" + "0" * 64, worker="w1")
+        (lease,) = jobs.live_leases()
+        assert (lease.worker, lease.job_id, lease.items) == ("w1", "j", 2) and 0 < lease.expires_in_s <= 60
+        jobs.release_leases("w1")
+        assert jobs.live_leases() == []
+
     def test_concurrent_claims_never_take_one_item_twice(self, jobs: JobStore) -> None:
         from concurrent.futures import ThreadPoolExecutor
 

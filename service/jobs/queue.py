@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 
-from schemas.api import JobError, JobList, JobRequest, JobStatus, greedy_tokens
+from schemas.api import JobError, JobList, JobRequest, JobStatus, WorkerLease, WorkerList, greedy_tokens
 from schemas.featureset import FeatureSet
 from schemas.keys import MIN_PREFIX
 from schemas.states import ItemState, JobState
@@ -102,6 +102,9 @@ class JobQueue:
 
     def list(self) -> JobList:
         return JobList(jobs=[self.status(job.id) for job in self.jobs.list_jobs()])
+
+    def workers(self) -> WorkerList:
+        return WorkerList(workers=[WorkerLease(**lease._asdict()) for lease in self.jobs.live_leases()])
 
     def cancel(self, job_id: str) -> JobStatus:
         job = self._job(job_id)

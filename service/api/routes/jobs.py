@@ -6,7 +6,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from schemas.api import JobList, JobRequest, JobStatus
+from schemas.api import JobList, JobRequest, JobStatus, WorkerList
 from schemas.featureset import FeatureDtype, FeatureSet, parse_layers
 from schemas.jsonl import parse_jsonl
 from schemas.validation import describe_errors
@@ -74,6 +74,16 @@ async def submit(
 @router.get("/v1/jobs", dependencies=[ReadScope], summary="List warm jobs", responses=errors(401, 403))
 def list_jobs(jobs: JobsDep) -> JobList:
     return jobs.list()
+
+
+@router.get(
+    "/v1/workers",
+    dependencies=[ReadScope],
+    summary="Live workers: what each holds of which job, and until when (leases in the catalog)",
+    responses=errors(401, 403),
+)
+def list_workers(jobs: JobsDep) -> WorkerList:
+    return jobs.workers()
 
 
 @router.get(

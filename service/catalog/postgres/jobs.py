@@ -6,7 +6,7 @@ import json
 
 from schemas.keys import prefix_bounds
 from schemas.states import CompletionSource, ItemState, JobState
-from service.catalog.job_records import JobItem, JobRecord, NewItem, item_from_row, job_from_row
+from service.catalog.job_records import JobItem, JobRecord, LeaseRecord, NewItem, item_from_row, job_from_row
 from service.catalog.postgres.database import PostgresDatabase
 
 MIGRATIONS = [
@@ -209,6 +209,16 @@ class PostgresJobStore:
                 "UPDATE job_items SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = %s AND state = %s",
                 (worker, ItemState.PENDING),
             )
+
+    def live_leases(self) -> list[LeaseRecord]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                f"SELECT lease_owner, job_id, COUNT(*), MAX(lease_until) - {_NOW} FROM job_items"
+                f" WHERE lease_owner IS NOT NULL AND state = %s AND lease_until >= {_NOW}"
+                " GROUP BY lease_owner, job_id ORDER BY lease_owner, job_id",
+                (ItemState.PENDING,),
+            ).fetchall()
+        return [LeaseRecord(worker, job, int(items), float(left)) for worker, job, items, left in rows]
 
     def finish_item(
         self,
