@@ -192,6 +192,35 @@ def rebuild_catalog(data_dir: Path) -> None:
 
 
 @app.command()
+def migrate(
+    config: Annotated[Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)")] = None,
+    check: Annotated[
+        bool, typer.Option(help="only report; exit 1 if a step is pending or the schema is newer")
+    ] = False,
+) -> None:
+    """Bring the catalog's schema (HSSTORE_CATALOG_URL, or catalog.sqlite under the data directory) to this hsstore's
+    version. Every process also migrates at start, once, under a lock; a process older than the schema refuses to
+    start, so upgrade a cluster by migrating first, then restarting workers and replicas on the new version."""
+    from service.main import build_catalog, catalog_schema
+    from service.settings import Settings
+
+    settings = Settings.load(config, model_dir=None)
+    parts = catalog_schema(settings)
+    if not check and (parts is None or any(p.state == "behind" for p in parts)):
+        build_catalog(settings, read_only=False)[0].close()  # opening it applies the missing steps
+        parts = catalog_schema(settings)
+    if parts is None:
+        typer.echo("no catalog yet: the first process to start (or `hsstore migrate`) creates it")
+        raise typer.Exit(1 if check else 0)
+    for part in parts:
+        typer.echo(f"{part.part:9} {part.have} of {part.steps} steps  {part.state}")
+    if any(p.state == "newer" for p in parts):
+        typer.echo("the catalog was migrated by a newer hsstore than this one: upgrade this one", err=True)
+    if any(p.state != "current" for p in parts):
+        raise typer.Exit(1)
+
+
+@app.command()
 def verify(
     data_dir: Path,
     sample: Annotated[int | None, typer.Option(min=1, help="check this many versions at random, not all")] = None,

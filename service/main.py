@@ -38,6 +38,7 @@ from service.catalog import (
     SqliteVersionCatalog,
     VersionCatalog,
 )
+from service.catalog.migrations import PartSchema
 from service.catalog.protocol import Database
 from service.core.auditor import Auditor
 from service.core.estimator import Estimator
@@ -59,7 +60,7 @@ from service.metrics import Metrics
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
 from service.model.revision_cache import cached_model_revision
-from service.settings import Settings
+from service.settings import ConfigError, Settings
 from service.storage.object_store import ObjectZarrStore, open_url
 from service.storage.protocol import BlobStore
 from service.storage.zarr_local import LocalZarrStore
@@ -164,6 +165,25 @@ def build_catalog(settings: Settings, read_only: bool) -> tuple[Database, Versio
     return postgres, PostgresVersionCatalog(postgres), PostgresJobStore(postgres), PostgresKeyValue(postgres)
 
 
+def catalog_schema(settings: Settings) -> list[PartSchema] | None:
+    """How far the configured catalog's schema is, part by part, read without migrating (None: no catalog yet)."""
+    if settings.catalog_url is None:
+        from service.catalog.sqlite import jobs, kv, versions
+
+        if not settings.catalog_path.exists():
+            return None
+        database: Database = SqliteDatabase(settings.catalog_path, read_only=True)
+    else:
+        from service.catalog.postgres import PostgresDatabase, jobs, kv, versions  # type: ignore[no-redef]
+
+        database = PostgresDatabase(settings.catalog_url, read_only=True, max_connections=1)
+    try:
+        parts = {"versions": versions.MIGRATIONS, "jobs": jobs.MIGRATIONS, "kv": kv.MIGRATIONS}
+        return [PartSchema(part, database.schema_version(part), len(steps)) for part, steps in parts.items()]
+    finally:
+        database.close()
+
+
 def build_services(
     settings: Settings, loaded: LoadedModel | None = None, on_event: Callable[[str], None] | None = None
 ) -> Services:
@@ -250,7 +270,8 @@ def startup_lines(services: Services) -> list[str]:
         lines.append(f"auth: on ({len(settings.tokens)} bearer tokens)")
     else:
         can = "read" if services.store.read_only else "read and write"
-        lines.append(f"auth: off (no tokens configured: whoever reaches this port can {can})")
+        meant = ", allow_anonymous" if settings.allow_anonymous else ""
+        lines.append(f"auth: off (no tokens configured{meant}: whoever reaches this port can {can})")
     if services.windows.enforced:
         schedule = "; ".join(settings.windows) or "manual only"
         lines.append(f"extraction windows: {schedule}; hand-over: {settings.handover}")
@@ -264,7 +285,13 @@ def create_app(
     loaded: LoadedModel | None = None,
     on_event: Callable[[str], None] | None = None,
 ) -> FastAPI:
-    services = build_services(settings or Settings(), loaded, on_event)
+    settings = settings or Settings()
+    if settings.exposed_without_auth:
+        raise ConfigError(
+            f"refusing to serve {settings.host} without auth: anyone who reaches it could read and write; set tokens "
+            "(HSSTORE_TOKENS), or allow_anonymous = true (HSSTORE_ALLOW_ANONYMOUS) if that is meant"
+        )
+    services = build_services(settings, loaded, on_event)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from contextvars import ContextVar
@@ -69,6 +70,11 @@ class Settings(BaseSettings):
     port: int = 8000
     # bearer token -> scopes (read, write, admin); empty means no auth (a single-user or loopback deployment)
     tokens: dict[str, list[Literal["read", "write", "admin"]]] = Field(default_factory=dict)
+    allow_anonymous: bool = Field(
+        default=False,
+        description="serve without tokens on an address other than loopback (whoever reaches it can read and "
+        "write); without it, such a service refuses to start",
+    )
 
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     max_batch_keys: int = Field(default=1024, ge=1, description="keys one POST /v1/features:batch may name")
@@ -174,6 +180,16 @@ class Settings(BaseSettings):
         if self.load_on_start is not None:
             return self.load_on_start
         return self.run_jobs and not self.windows_enforced  # an API replica loads weights only when asked to extract
+
+    @property
+    def exposed_without_auth(self) -> bool:
+        """Listening beyond this machine with no tokens, and not told that this is meant."""
+        if self.tokens or self.allow_anonymous or self.host == "localhost":
+            return False
+        try:
+            return not ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a host name: it may resolve anywhere
+            return True
 
     @property
     def catalog_path(self) -> Path:

@@ -185,3 +185,19 @@ def test_workers_lists_who_holds_which_items_until_when(settings, tiny_loaded, t
         (lease,) = json.loads(ok("workers", "--url", url, "--json"))
         assert (lease["worker"], lease["job_id"], lease["items"]) == ("gpu-host-7:cuda:3", job, 2)
         assert 590 < lease["expires_in_s"] <= 600
+
+
+def test_a_service_beyond_loopback_without_tokens_refuses_to_start_unless_told(settings, tiny_loaded) -> None:
+    from service.main import build_services, create_app, startup_lines
+    from service.settings import ConfigError
+
+    exposed = settings.model_copy(update={"host": "0.0.0.0"})
+    with pytest.raises(ConfigError, match=r"refusing to serve 0\.0\.0\.0 without auth.*HSSTORE_ALLOW_ANONYMOUS"):
+        create_app(exposed, tiny_loaded)
+    for fine in ({"tokens": {"sha256:" + "ab" * 32: ["read"]}}, {"allow_anonymous": True}, {"host": "::1"}):
+        create_app(exposed.model_copy(update=fine), tiny_loaded)
+    told = build_services(exposed.model_copy(update={"allow_anonymous": True}), tiny_loaded)
+    assert "auth: off (no tokens configured, allow_anonymous: whoever reaches this port can read and write)" in (
+        startup_lines(told)
+    )
+    told.close()

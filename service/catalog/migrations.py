@@ -12,7 +12,8 @@ SQLAlchemy for the DDL alone. What it would give — ordered, recorded, transact
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 # A step is SQL (statements separated by `;`) or a function given the open connection.
 Step = str | Callable[[Any], None]
@@ -22,6 +23,19 @@ TABLE = "hsstore_schema"
 
 class SchemaTooNew(RuntimeError):
     """The database was migrated by a newer hsstore than this one."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartSchema:
+    """How far one part of a database is against this code's steps: what `hsstore migrate` reports."""
+
+    part: str
+    have: int
+    steps: int
+
+    @property
+    def state(self) -> Literal["current", "behind", "newer"]:
+        return "current" if self.have == self.steps else "behind" if self.have < self.steps else "newer"
 
 
 def check_version(part: str, have: int, steps: Sequence[Step]) -> None:

@@ -122,4 +122,7 @@ class Database(Protocol):
 
     def ping(self) -> None: ...
 
+    def schema_version(self, part: str) -> int:
+        """How many of a part's migration steps this database has had (0: none yet)."""
+
     def close(self) -> None: ...

@@ -62,15 +62,20 @@ class PostgresDatabase:
 
     def migrate(self, part: str, steps: Sequence[Step]) -> None:
         """Bring a part's tables to the newest version, once, whoever else is starting at the same moment."""
+        if self.read_only:
+            check_version(part, self.schema_version(part), steps)
+            return
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            migrate_part(conn, part, steps, "%s")
+
+    def schema_version(self, part: str) -> int:
+        """How many of a part's steps this database has had (0: none yet)."""
         with self.pool.connection() as conn:
-            if self.read_only:
-                exists = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0]
-                row = exists and conn.execute(f"SELECT version FROM {TABLE} WHERE part = %s", (part,)).fetchone()
-                check_version(part, row[0] if row else 0, steps)
-                return
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                migrate_part(conn, part, steps, "%s")
+            if not conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0]:
+                return 0
+            row = conn.execute(f"SELECT version FROM {TABLE} WHERE part = %s", (part,)).fetchone()
+        return row[0] if row else 0
 
     def ping(self) -> None:
         with self.pool.connection() as conn:

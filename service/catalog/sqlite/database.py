@@ -84,12 +84,10 @@ class SqliteDatabase:
     def migrate(self, part: str, steps: Sequence[Step]) -> None:
         """Bring a part's tables to the newest version (`service/catalog/migrations.py`); a read-only replica only
         checks that it can read what it finds."""
+        if self.read_only:
+            check_version(part, self.schema_version(part), steps)
+            return
         with self._lock:
-            if self.read_only:
-                exists = self._db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone()
-                row = exists and self._db.execute(f"SELECT version FROM {TABLE} WHERE part = ?", (part,)).fetchone()
-                check_version(part, row[0] if row else 0, steps)
-                return
             self._db.execute("BEGIN IMMEDIATE")  # the write lock: one process migrates, the others then find it done
             try:
                 migrate_part(self._db, part, steps, "?")
@@ -97,6 +95,14 @@ class SqliteDatabase:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def schema_version(self, part: str) -> int:
+        """How many of a part's steps this database has had (0: none yet)."""
+        with self._lock:
+            if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (TABLE,)).fetchone():
+                return 0
+            row = self._db.execute(f"SELECT version FROM {TABLE} WHERE part = ?", (part,)).fetchone()
+        return row[0] if row else 0
 
     def ping(self) -> None:
         with self._lock:

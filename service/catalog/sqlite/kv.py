@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from service.catalog.sqlite.database import SqliteDatabase
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (name TEXT PRIMARY KEY, value TEXT);"
+MIGRATIONS = ["CREATE TABLE IF NOT EXISTS kv (name TEXT PRIMARY KEY, value TEXT);"]
 
 
 class SqliteKeyValue:
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
-        db.migrate("kv", [_SCHEMA])
+        db.migrate("kv", MIGRATIONS)
 
     def kv_get(self, name: str) -> str | None:
         with self.db.connection() as conn:

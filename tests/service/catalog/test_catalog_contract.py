@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from service.catalog.postgres import PostgresDatabase, PostgresJobStore, Postgre
 from service.catalog.postgres import jobs as postgres_jobs
 from service.catalog.postgres import kv as postgres_kv
 from service.catalog.postgres import versions as postgres_versions
+from service.catalog.sqlite import jobs as sqlite_jobs
 from service.catalog.testing import JobStoreTests, KeyValueTests, VersionCatalogTests
 
 
@@ -141,3 +143,42 @@ def test_a_sqlite_catalog_from_before_migrations_is_brought_up_to_date(tmp_path:
         assert conn.execute(f"SELECT version FROM {TABLE} WHERE part = 'versions'").fetchone()[0] == 2
     assert versions.count() == 0
     db.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog_env(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[dict[str, str], Callable[[], Any]]:
+    """The environment `hsstore migrate` is given for one engine, and how to open that engine's database."""
+    if request.param == "sqlite":
+        return {"HSSTORE_DATA_DIR": str(tmp_path)}, lambda: SqliteDatabase(tmp_path / "catalog.sqlite")
+    url = request.getfixturevalue("postgres_url")
+    return {"HSSTORE_DATA_DIR": str(tmp_path), "HSSTORE_CATALOG_URL": url}, lambda: PostgresDatabase(url)
+
+
+def test_hsstore_migrate_reports_applies_and_refuses_a_newer_schema(
+    catalog_env: tuple[dict[str, str], Callable[[], Any]],
+) -> None:
+    from typer.testing import CliRunner
+
+    from hsstore.cli import app
+
+    env, open_database = catalog_env
+    db = open_database()
+    engine = sqlite_jobs if isinstance(db, SqliteDatabase) else postgres_jobs
+    db.migrate("jobs", engine.MIGRATIONS[:-1])  # an older hsstore's jobs schema
+    db.close()
+    runner = CliRunner()
+    check = runner.invoke(app, ["migrate", "--check"], env=env)
+    assert (
+        check.exit_code == 1 and f"jobs      {len(engine.MIGRATIONS) - 1} of {len(engine.MIGRATIONS)}" in check.output
+    )
+    assert "versions  0 of " in check.output and check.output.count("behind") == 3
+    done = runner.invoke(app, ["migrate"], env=env)
+    assert done.exit_code == 0 and done.output.count("current") == 3, done.output
+    assert runner.invoke(app, ["migrate", "--check"], env=env).exit_code == 0
+    db = open_database()
+    with db.transaction() as conn:  # a newer hsstore migrated it since
+        conn.execute(f"UPDATE {TABLE} SET version = version + 1 WHERE part = 'kv'")
+    db.close()
+    newer = runner.invoke(app, ["migrate"], env=env)
+    assert newer.exit_code == 1 and "kv        2 of 1 steps  newer" in newer.output, newer.output
+    assert "migrated by a newer hsstore than this one" in newer.output
