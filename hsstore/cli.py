@@ -93,6 +93,9 @@ def _check_port_free(host: str, port: int) -> None:
             ) from None
 
 
+WORKER_HEARTBEAT = "worker.alive"  # under the worker's data directory; deploy/'s health checks read its age
+
+
 @app.command()
 def worker(
     device: Annotated[str, typer.Option(help="the GPU this worker owns: cuda:0, cuda:1, … (or cpu)")] = "auto",
@@ -128,8 +131,14 @@ def worker(
     typer.echo(
         f"hsstore worker {settings.worker_name} on {device}: model {settings.model_dir}, lease {settings.lease_s:g} s"
     )
+    alive = settings.data_dir / WORKER_HEARTBEAT
+    alive.parent.mkdir(parents=True, exist_ok=True)
     try:
-        stop.wait()
+        # the health check's evidence: touched while the job loop and the lease heartbeat both run
+        while services.runner.alive:
+            alive.touch()
+            if stop.wait(min(10.0, settings.lease_s / 3)):
+                break
     finally:
         services.runner.stop()
         services.models.unload()

@@ -44,6 +44,7 @@ from service.core.auditor import Auditor
 from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
 from service.core.importer import FeatureImporter
+from service.core.model_revisions import model_revision_for
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
 from service.core.rebuild import CatalogRebuilder
@@ -59,7 +60,6 @@ from service.jobs.runner import JobRunner
 from service.metrics import Metrics
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
-from service.model.revision_cache import cached_model_revision
 from service.settings import ConfigError, Settings
 from service.storage.object_store import ObjectZarrStore, open_url
 from service.storage.protocol import BlobStore
@@ -86,7 +86,11 @@ def make_handover(settings: Settings) -> GpuHandover:
 
 
 def build_models(
-    settings: Settings, loaded: LoadedModel | None = None, on_event: Callable[[str], None] | None = None
+    settings: Settings,
+    kv: KeyValue,
+    loaded: LoadedModel | None = None,
+    on_event: Callable[[str], None] | None = None,
+    writable: bool = True,
 ) -> ModelManager[Extractor] | None:
     if loaded is None and settings.model_dir is None:
         return None
@@ -94,7 +98,8 @@ def build_models(
         spec = loaded.spec
     else:
         assert settings.model_dir is not None
-        revision = cached_model_revision(settings.model_dir, settings.data_dir / "model_revisions.json")
+        cache = settings.data_dir / "model_revisions.json"
+        revision = model_revision_for(settings.model_dir, kv, cache, settings.run_jobs, writable)
         spec = load_spec(settings.model_dir, revision, settings.device)
     if loaded is None and settings.preload:
         loaded = load_weights(spec, settings.attn_implementation, settings.device)
@@ -193,7 +198,7 @@ def build_services(
     database, versions, job_store, kv = build_catalog(settings, read_only)
     store = build_store(settings, read_only)
     windows = Windows(settings.windows, kv, settings.windows_enforced, settings.window_margin_s)
-    models = build_models(settings, loaded, on_event)
+    models = build_models(settings, kv, loaded, on_event, writable=not read_only)
     gate = ExtractionGate(models, windows)
     preparer = RequestPreparer(settings.default_backend, settings.max_sample_tokens)
     metrics = Metrics()

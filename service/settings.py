@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
@@ -140,6 +141,17 @@ class Settings(BaseSettings):
     max_import_bytes: int = Field(
         default=2 * 1024**3, ge=1024, description="largest entry one POST /v1/entries:import may carry"
     )
+
+    @field_validator("tokens")
+    @classmethod
+    def _digests_are_digests(cls, tokens: dict[str, list[str]]) -> dict[str, list[str]]:
+        """A `sha256:` key that is no digest (an example's placeholder) would match no token: refused, not ignored."""
+        for key in tokens:
+            if key.startswith("sha256:") and not re.fullmatch(r"[0-9a-f]{64}", key.removeprefix("sha256:")):
+                raise ValueError(
+                    f'token digest {key[:40]!r} is not sha256: + 64 lowercase hex (printf %s "$TOKEN" | sha256sum)'
+                )
+        return tokens
 
     @classmethod
     def settings_customise_sources(

@@ -88,6 +88,11 @@ class JobRunner:
         self._heartbeat = threading.Thread(target=self._renew, name="hsstore-leases", daemon=True)
         self._heartbeat.start()
 
+    @property
+    def alive(self) -> bool:
+        """Both the job loop and the lease heartbeat are running (what a worker's health check reports)."""
+        return all(t is not None and t.is_alive() for t in (self._thread, self._heartbeat))
+
     def stop(self) -> None:
         self._stop.set()
         for thread in (self._thread, self._heartbeat):

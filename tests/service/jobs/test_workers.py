@@ -126,5 +126,6 @@ def test_a_worker_killed_mid_item_loses_it_to_the_other_and_every_sample_is_stor
     assert held and all(owners[item] is not None for item in held)  # the killed worker's items: done by the survivor
     assert not _half_written(bucket)  # its half-written blob was completed by the survivor's write of the same bits
     assert "stopped" not in doomed.output()  # it died, it did not stop cleanly
+    assert (tmp_path / "w2" / "worker.alive").is_file()  # what the deploy files' health checks read
     survivor.stop()
     assert "stopped; its unfinished items are free" in survivor.output()
