@@ -110,6 +110,7 @@ def build_models(
             settings.target_ids_chunk,
             settings.batch_tokens,
             settings.fused_elementwise,
+            settings.pack_tokens,
         ),
         make_handover(settings),
         HandoverLedger(settings.data_dir / "handover.json"),

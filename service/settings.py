@@ -90,8 +90,17 @@ class Settings(BaseSettings):
     )
     target_ids_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk when computing target_ids")
 
+    pack_tokens: int = Field(
+        default=16384,
+        ge=0,
+        description="on CUDA, the fixed token shape of packed forwards (many sequences per forward, bits independent "
+        "of the neighbours; longer sequences alone in a multiple of it); 0 = off. The CPU never packs",
+    )
     batch_tokens: int = Field(
-        default=0, ge=0, description="padded tokens per forward when batching; 0 = one sequence per forward"
+        default=0,
+        ge=0,
+        description="with packing off: padded tokens per right-padded forward, used on a GPU only if a probe shows "
+        "they keep every bit; 0 = one sequence per forward",
     )
     fused_elementwise: bool = Field(
         default=True,

@@ -92,7 +92,7 @@ class Auditor:
         return self.writer.extract(request).results[0].manifest
 
     def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
-        """Re-extract `sample` stored versions (one sequence per forward, the reference policy) and record whether
+        """Re-extract `sample` stored versions (each alone, under the policy its fingerprint names) and record whether
         each reproduces its content hash bit for bit."""
         models = self.gate.models
         self.gate.check_window()
@@ -129,8 +129,12 @@ class Auditor:
                 completion_source=manifest.completion_source,
                 greedy_max_new_tokens=None,
             )
-        again = extractor.extract(
-            encoded, manifest.featureset, Backend(manifest.backend), f"audit of {manifest.prompt_hash[:16]}"
+        again = extractor.extract(  # alone, under the policy that made it: a packed entry gets other neighbours
+            encoded,
+            manifest.featureset,
+            Backend(manifest.backend),
+            f"audit of {manifest.prompt_hash[:16]}",
+            manifest.fingerprint.batching,
         )
         reproduced_hash = content_hash(again.tensors)
         ok = reproduced_hash == manifest.content_hash

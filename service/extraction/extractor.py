@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import transformers
@@ -24,6 +25,7 @@ from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
 from service.extraction.batching import describe, plan_batches
 from service.extraction.lean_forward import capture, chunked_heads
+from service.extraction.packing import Pack, PackPolicy, pack_inputs, per_sequence, plan_packs
 from service.extraction.stats import layer_stats, layer_summary
 from service.model.encode import EncodedPrompt
 from service.model.fused import EAGER, FUSED, FusedForwards
@@ -34,6 +36,10 @@ log = logging.getLogger("hsstore.extraction")
 # Device kinds where right-padded batches may run at all (after their probe). Not the CPU: on one EPYC host the probe
 # passed and real requests' batched bits still differed from one-by-one extraction, so the audit failed them.
 BATCHING_DEVICES = frozenset({"cuda"})
+# Device kinds where fixed-shape packs run (service/extraction/packing.py). Not the CPU, a development device: that a
+# row's bits do not depend on where it sits in a pack is tested there only at one offset, which is what every CPU's
+# kernels must give; on the GPU it is tested at every offset, for every backend (tests/gpu).
+PACKING_DEVICES = frozenset({"cuda"})
 _SUMMARY = "layer summary"
 
 
@@ -99,8 +105,10 @@ class Extractor:
         target_ids_chunk: int = 1024,
         batch_tokens: int = 0,
         fuse: bool = True,
+        pack_tokens: int = 0,
     ) -> None:
         self.loaded = loaded
+        self.pack_tokens = pack_tokens
         self.fuse = fuse
         self.target_ids_chunk = target_ids_chunk
         self.batch_tokens = batch_tokens
@@ -110,7 +118,16 @@ class Extractor:
         self._fused: FusedForwards | None = None
         self._fusion_checked: dict[Backend, bool] = {}
 
-    def fingerprint(self, backend: Backend, batch_tokens: int, fused: bool = False) -> Fingerprint:
+    @property
+    def pack_policy(self) -> PackPolicy | None:
+        """The packed policy new extractions run under here, if any (it wins over right-padded batches)."""
+        if self.pack_tokens <= 0 or self.loaded.device.type not in PACKING_DEVICES:
+            return None
+        return PackPolicy(self.pack_tokens)
+
+    def fingerprint(
+        self, backend: Backend, batch_tokens: int, fused: bool = False, pack: PackPolicy | None = None
+    ) -> Fingerprint:
         device = self.loaded.device
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         return Fingerprint(
@@ -122,14 +139,18 @@ class Extractor:
             dtype=str(self.loaded.model.dtype).removeprefix("torch."),
             attn_implementation=str(self.loaded.config._attn_implementation),
             kernels=self.loaded.kernels.plan(backend),
-            batching=describe(batch_tokens),
+            batching=pack.describe() if pack is not None else describe(batch_tokens),
             elementwise=FUSED if fused else EAGER,
             device_map=self.loaded.device_map,
         )
 
-    def extract(self, encoded: EncodedPrompt, featureset: FeatureSet, backend: Backend, label: str) -> Extraction:
-        """One sequence, one forward: the reference policy the audit compares against."""
-        ((_, pending),) = self.extract_many([(encoded, label)], featureset, backend, batch_tokens=0)
+    def extract(
+        self, encoded: EncodedPrompt, featureset: FeatureSet, backend: Backend, label: str, policy: str | None = None
+    ) -> Extraction:
+        """One sequence alone, under the policy a fingerprint names (`batching`; what an audit reproduces): alone in
+        a pack for a packed one, else one sequence per forward (right-padded batches were proven equal to that)."""
+        pack = PackPolicy.parse(policy) if policy is not None else self.pack_policy
+        ((_, pending),) = self.extract_many([(encoded, label)], featureset, backend, batch_tokens=0, pack=pack)
         return pending.wait()
 
     def extract_many(
@@ -138,14 +159,30 @@ class Extractor:
         featureset: FeatureSet,
         backend: Backend,
         batch_tokens: int | None = None,
+        pack: PackPolicy | Literal["default"] | None = "default",
     ) -> Iterator[tuple[int, PendingExtraction]]:
-        """Yield (index into `items`, pending extraction) as batches finish, longest sequences first."""
+        """Yield (index into `items`, pending extraction) as packs or batches finish, longest sequences first."""
         loaded = self.loaded
+        pack = self.pack_policy if pack == "default" else pack
         with self._lock, self._on_device(), torch.inference_mode(), loaded.kernels.running(backend) as run:
-            budget = self._batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
             fused = self._fusion(backend)
             sequences = [self._complete(encoded) for encoded, _ in items]
             run.verify()
+            if pack is not None:
+                fingerprint = self.fingerprint(backend, 0, fused is not None, pack)
+                for planned in plan_packs([len(s.ids) for s in sequences], pack):
+                    hidden, normed = self._forward_pack(planned, sequences, featureset, fused)
+                    run.verify()
+                    for segment in planned.segments:
+                        seq = sequences[segment.index]
+                        rows = slice(segment.start, segment.start + segment.length)
+                        heads = self._heads(normed[0, rows], featureset) if normed is not None else {}
+                        finished = self._finish(
+                            seq, hidden[0, rows], heads, featureset, fingerprint, items[segment.index][1]
+                        )
+                        yield segment.index, finished
+                return
+            budget = self._batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
             fingerprint = self.fingerprint(backend, budget, fused is not None)
             for batch in plan_batches([len(s.ids) for s in sequences], budget):
                 rows = [sequences[i] for i in batch]
@@ -247,6 +284,21 @@ class Extractor:
             )
             completion = generated[0, prompt.shape[1] :].tolist()
         return _Sequence(encoded.prompt_ids + completion, len(encoded.prompt_ids), encoded.completion_source)
+
+    def _forward_pack(
+        self, pack: Pack, sequences: list[_Sequence], featureset: FeatureSet, fused: FusedForwards | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[1, shape, n_layers, H] hidden states of one pack, and the final norm's output when logits are needed."""
+        inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self._copy_stream is not None)
+        ids = inputs.pop("input_ids")
+        with (
+            fused.applied() if fused is not None else contextlib.nullcontext(),
+            per_sequence(self.loaded.kernels.module, pack),
+        ):
+            return capture(self.loaded.body, ids, featureset, **inputs)
+
+    def _heads(self, normed: torch.Tensor, featureset: FeatureSet) -> dict[str, torch.Tensor]:
+        return chunked_heads(self.loaded.model.get_output_embeddings(), normed, self.target_ids_chunk, featureset)
 
     def _forward(
         self, rows: list[_Sequence], featureset: FeatureSet, fused: FusedForwards | None = None

@@ -22,9 +22,12 @@ class _EnoughLayers(Exception):
     """Raised from the last hook we need: the rest of the stack is not run."""
 
 
-def capture(body: Any, input_ids: torch.Tensor, featureset: FeatureSet) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run `body` (embed_tokens, layers, norm) on `input_ids` [B, T]. Returns the featureset's layers as
-    [B, T, n_layers, H] and, when the featureset needs logits, the final norm's output [B, T, H]."""
+def capture(
+    body: Any, input_ids: torch.Tensor, featureset: FeatureSet, **inputs: Any
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run `body` (embed_tokens, layers, norm) on `input_ids` [B, T] (and `inputs`: a pack's positions and masks).
+    Returns the featureset's layers as [B, T, n_layers, H] and, when the featureset needs logits, the final norm's
+    output [B, T, H]."""
     layers = list(featureset.layers)
     decoder_layers = [layer for layer in layers if isinstance(layer, int)]
     need_norm = FINAL_NORM in layers or featureset.needs_logits
@@ -57,7 +60,7 @@ def capture(body: Any, input_ids: torch.Tensor, featureset: FeatureSet) -> tuple
         if need_norm:
             handles.append(body.norm.register_forward_hook(hook_for(FINAL_NORM)))
         with contextlib.suppress(_EnoughLayers):
-            body(input_ids=input_ids, use_cache=False)
+            body(input_ids=input_ids, use_cache=False, **inputs)
     finally:
         for handle in handles:
             handle.remove()

@@ -1,0 +1,105 @@
+"""Fixed-shape packs: the planner's layout, a sample's bits independent of its neighbours, features that are the
+model's (positions restart, nothing leaks across sequences), and audits that reproduce packed entries alone.
+
+The CPU never packs in the product (a development device), so these tests force it. What they assert of the bits
+holds on any CPU: at one offset, neighbours change nothing, since every row-wise kernel computes a row from that row
+alone at a fixed shape. Other offsets are the GPU's test (tests/gpu/test_packing_on_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from schemas.api import ExtractRequest
+from schemas.backend import Backend
+from schemas.featureset import FeatureSet
+from schemas.torch_tensors import to_torch
+from service.extraction import extractor as extractor_module
+from service.extraction.extractor import Extractor
+from service.extraction.packing import PackPolicy, plan_packs
+from service.main import build_services
+from service.model.encode import EncodedPrompt
+from service.model.loader import LoadedModel
+from service.settings import Settings
+
+POLICY = PackPolicy(tokens=256, align=16)
+EVERY_LAYER = FeatureSet(layers=["embed", *range(8), "final_norm"], target_ids=True, top_k=4)
+
+
+def test_plans_hold_every_sequence_once_within_the_shape_from_aligned_starts() -> None:
+    lengths = [100, 30, 256, 17, 600, 90, 1, 140, 33]
+    packs = plan_packs(lengths, POLICY)
+    assert sorted(s.index for p in packs for s in p.segments) == list(range(len(lengths)))
+    for pack in packs:
+        ends = [s.start + s.length for s in pack.segments]
+        assert max(ends) <= pack.shape and all(s.start % POLICY.align == 0 for s in pack.segments)
+        assert all(a.start + a.length <= b.start for a, b in zip(pack.segments, pack.segments[1:], strict=False))
+    (long,) = [p for p in packs if p.shape != POLICY.tokens]
+    assert long.shape == 768 and [s.index for s in long.segments] == [4]  # alone, in the next multiple
+    assert PackPolicy.parse(POLICY.describe()) == POLICY and PackPolicy.parse("one sequence per forward") is None
+
+
+@pytest.fixture
+def cpu_packs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(extractor_module, "PACKING_DEVICES", frozenset({"cuda", "cpu"}))
+
+
+def _encoded(ids: list[int]) -> EncodedPrompt:
+    return EncodedPrompt(prompt_ids=ids, completion_ids=None, completion_source=None, greedy_max_new_tokens=None)
+
+
+def _run(extractor: Extractor, samples: list[list[int]]) -> dict[int, dict[str, torch.Tensor]]:
+    items = [(_encoded(ids), f"s{i}") for i, ids in enumerate(samples)]
+    done = extractor.extract_many(items, EVERY_LAYER, Backend.TORCH)
+    return {index: {t.name: to_torch(t) for t in pending.wait().tensors} for index, pending in done}
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(0, 250, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+@pytest.mark.usefixtures("cpu_packs")
+def test_a_sample_gets_the_same_bits_alone_and_with_any_neighbours(tiny_loaded: LoadedModel) -> None:
+    extractor = Extractor(tiny_loaded, pack_tokens=POLICY.tokens)
+    sample = _ids(120, 0)  # the longest: it sits at offset 0 in every pack below
+    alone = _run(extractor, [sample])[0]
+    for seed in (1, 2):
+        neighbours = [_ids(n, seed * 10 + n) for n in (70, 33, 9)]
+        together = _run(extractor, [sample, *neighbours])[0]
+        for name, tensor in alone.items():
+            assert torch.equal(tensor, together[name]), name
+
+
+@pytest.mark.usefixtures("cpu_packs")
+def test_packed_features_are_the_models_with_nothing_leaking_across_sequences(tiny_loaded: LoadedModel) -> None:
+    extractor = Extractor(tiny_loaded, pack_tokens=POLICY.tokens)
+    samples = [_ids(120, 3), _ids(90, 4), _ids(40, 5)]
+    packed = _run(extractor, samples)
+    for index, ids in enumerate(samples):  # each against HF's own forward of it alone, unpacked
+        with torch.inference_mode():
+            out = tiny_loaded.model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=False)
+        # HF's tuple: embed, layers 0..6, then the final norm's output (layer 7's raw output is only a hook's)
+        hf = torch.stack([h[0] for h in out.hidden_states], dim=1)
+        hidden = packed[index]["hidden_states"]
+        ours = torch.cat([hidden[:, :8], hidden[:, 9:]], dim=1)
+        torch.testing.assert_close(ours.float(), hf.float(), rtol=0.02, atol=0.02)
+        assert torch.equal(packed[index]["input_ids"], torch.tensor(ids, dtype=torch.int32))
+
+
+@pytest.mark.usefixtures("cpu_packs")
+def test_packed_entries_say_so_and_their_audit_reproduces_them_alone(settings: Settings, tiny_loaded) -> None:
+    services = build_services(settings.model_copy(update={"pack_tokens": POLICY.tokens}), tiny_loaded)
+    samples = [{"text": "def merge(a, b): return sorted(a + b) " * (i + 1)} for i in range(5)]
+    results = services.writer.extract(ExtractRequest(samples=samples, featureset=EVERY_LAYER)).results
+    assert {r.manifest.fingerprint.batching for r in results} == {PackPolicy(POLICY.tokens).describe()}
+    report = services.auditor.audit(5)  # each alone in a pack now: other neighbours than when it was stored
+    assert (report.total, report.reproduced) == (5, 5)
+    services.close()
+
+
+def test_the_cpu_never_packs_unless_forced(settings: Settings, tiny_loaded: LoadedModel) -> None:
+    assert Extractor(tiny_loaded, pack_tokens=16384).pack_policy is None
+    services = build_services(settings, tiny_loaded)  # the default pack_tokens is on: CUDA only
+    result = services.writer.extract(ExtractRequest(samples=[{"text": "x = 1"}])).results[0]
+    assert result.manifest.fingerprint.batching == "one sequence per forward, no padding"
+    services.close()
