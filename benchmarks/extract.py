@@ -1,16 +1,20 @@
-"""Extraction benchmark on one GPU, 27B shape, 5 DFlash layers, side by side in one process:
+"""Extraction benchmark on one GPU, 27B shape, 5 DFlash layers, two length mixes side by side in one process:
 
+  short  128-2048 tokens per sequence (real drafter data: chat prompts plus completions)
+  long   256-8192 tokens
+
+per mix, in turn:
   naive  HF `model(input_ids, output_hidden_states=True)` (logits included), one sequence at a time, layers picked
          from the tuple: the forward alone, nothing copied or written.
-  e2e    the service's extraction path: FeatureWriter.extract over the same sequences (lean forward with the fused
-         elementwise forwards once proven bit-equal, optional bit-checked batching, side-stream copy to pinned
+  e2e    the service's extraction path: FeatureWriter.extract over the same sequences (fixed-shape packs of
+         `--pack-tokens` on CUDA, the fused elementwise forwards once proven bit-equal, side-stream copy to pinned
          memory, hashing + compression + zarr write + catalog in writer threads).
-  lean   the lean forward alone, fused and eager, to show what fusion and the writing pipeline each account for.
+  lean   the packed lean forward alone (no hash or write): what the writing pipeline leaves of it.
 
-Then: a batching calibration (batched vs one-by-one bits on this device), an audit of stored entries, and compare
-reports fla vs torch and fla vs fla-noconv. Prints ratios and writes one JSON record.
+Then an audit of stored entries of both mixes (each re-extracted alone in a pack, so with other neighbours than
+when it was stored) and compare reports fla vs torch and fla vs fla-noconv. Prints ratios, writes one JSON record.
 
-    python benchmarks/extract.py --tokens 200000 --out benchmarks/results/extract-h200.json
+    python benchmarks/extract.py --out benchmarks/results/extract-h200.json
 """
 
 from __future__ import annotations
@@ -34,7 +38,6 @@ from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from schemas.keys import FeatureKey
 from schemas.samples import parse_sample
-from service.extraction.extractor import Extractor
 from service.main import build_services
 from service.model.synthetic import build_synthetic
 from service.settings import Settings
@@ -73,20 +76,15 @@ def naive(model: torch.nn.Module, sequences: list[list[int]], layers: list[int])
     return time.perf_counter() - start, peak_since(base)
 
 
-def calibrate_batching(services, batch_tokens: int) -> dict:
-    """Do right-padded causal batches give the same bits as one sequence per forward on this device? (The
-    extractor probes this itself and batches only where they do.)"""
-    keeps = services.gate.models.extractor().batching_keeps_bits(batch_tokens, Backend.FLA)
-    return {"batch_tokens": batch_tokens, "keeps_bits": keeps}
+MIXES = {"short": (128, 2048), "long": (256, 8192)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tokens", type=int, default=200_000)
-    parser.add_argument("--min-len", type=int, default=256)
-    parser.add_argument("--max-len", type=int, default=8192)
+    parser.add_argument("--short-tokens", type=int, default=100_000)
+    parser.add_argument("--long-tokens", type=int, default=200_000)
     parser.add_argument("--layers", type=int, default=64, help="decoder layers of the 27B-shaped model")
-    parser.add_argument("--batch-tokens", type=int, default=16384)
+    parser.add_argument("--pack-tokens", type=int, default=16384)
     parser.add_argument("--writers", type=int, default=4, help="writer threads (more contend for the GIL)")
     parser.add_argument("--audit", type=int, default=20)
     parser.add_argument("--compare-tokens", type=int, default=2048)
@@ -94,70 +92,33 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
-    record: dict = {
-        **record_header(),
-    }
+    record: dict = {**record_header()}
     started = time.perf_counter()
     loaded = build_synthetic("cuda", num_layers=args.layers)
-    weights_gb = torch.cuda.memory_allocated() / GB
     record["model"] = {
         "shape": "Qwen3.5-27B",
         "layers": args.layers,
-        "weights_gb": weights_gb,
+        "weights_gb": torch.cuda.memory_allocated() / GB,
         "params_b": sum(p.numel() for p in loaded.model.parameters()) / 1e9,
         "build_s": time.perf_counter() - started,
     }
-    featureset = FeatureSet.default_for(64) if args.layers == 64 else FeatureSet.default_for(args.layers)
+    featureset = FeatureSet.default_for(args.layers)
     layers = [int(layer) for layer in featureset.layers]
     record["featureset"] = featureset.canonical()
     print(f"model built: {record['model']}", flush=True)
 
     store = Path(tempfile.mkdtemp(prefix="hsstore-bench-"))
-    settings = Settings(data_dir=store, device="cuda", writer_threads=args.writers, batch_tokens=0)
+    settings = Settings(data_dir=store, device="cuda", writer_threads=args.writers, pack_tokens=args.pack_tokens)
     services = build_services(settings, loaded)
     vocab = int(loaded.config.vocab_size)
-
-    # Warm-up: fla's Triton kernels JIT-compile on first use (~45 s), cuBLAS picks its algorithms.
-    warm = random_ids([512, 700], vocab, seed=99)
-    t0 = time.perf_counter()
-    naive(loaded.model, warm, layers)
-    services.writer.extract(
-        ExtractRequest(samples=[{"token_ids": ids} for ids in warm], featureset=featureset, backend="fla")
-    )
-    record["warmup_s"] = time.perf_counter() - t0
-    print(f"warm-up {record['warmup_s']:.1f}s", flush=True)
-
-    record["batching_calibration"] = calibrate_batching(services, args.batch_tokens)
-    batching_safe = record["batching_calibration"]["keeps_bits"]
-    print(f"batching calibration: {record['batching_calibration']}", flush=True)
-
-    lengths = lengths_totalling(args.tokens, args.min_len, args.max_len, seed=0)
-    sequences = random_ids(lengths, vocab, seed=1)
-    total = sum(lengths)
-    record["tokens"] = total
-    record["sequences"] = len(lengths)
-
-    # fla's Triton kernels autotune per sequence length: one untimed pass over every length first, so neither side
-    # is charged for tuning (a cold cache otherwise lands on whichever side sees a length first).
     extractor, spec = services.gate.models.extractor(), services.gate.models.spec
-    items = [(spec.encode(parse_sample({"token_ids": ids}), 1 << 20), "lean") for ids in sequences]
-    t = time.perf_counter()
-    for _, pending in extractor.extract_many(items, featureset, Backend.FLA, 0):
-        pending.wait()
-    record["tuning_pass_s"] = time.perf_counter() - t
+    record["policy"] = extractor.fingerprint(Backend.FLA, 0, pack=extractor.pack_policy).batching
+    extractor.fusion_keeps_bits(Backend.FLA)
+    record["elementwise"] = extractor.fingerprint(Backend.FLA, 0, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
 
-    naive_s, naive_peak = naive(loaded.model, sequences, layers)
-    record["naive_tok_s"] = total / naive_s
-    record["naive_peak_gb"] = naive_peak
-    print(f"naive: {record['naive_tok_s']:.0f} tok/s, peak activations {naive_peak:.2f} GB", flush=True)
-
-    def e2e(batch_tokens: int, subdir: str) -> tuple[float, float]:
-        update = {"data_dir": store / subdir, "batch_tokens": batch_tokens}
-        run_settings = settings.model_copy(update=update)
-        run = build_services(run_settings, loaded)
-        # A new object graph has a new extractor, whose one-time probes (fusion: ~0.5 s here) run at its first use; they
-        # run here, untimed, as the naive side's warm-up does, so the timing is the extraction path's throughput.
-        run.gate.models.extractor().fusion_keeps_bits(Backend.FLA)
+    def e2e(sequences: list[list[int]], subdir: str) -> tuple[float, float]:
+        run = build_services(settings.model_copy(update={"data_dir": store / subdir}), loaded)
+        run.gate.models.extractor().fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
         request = ExtractRequest(
             samples=[{"token_ids": ids} for ids in sequences], featureset=featureset, backend="fla"
         )
@@ -171,49 +132,52 @@ def main() -> None:
         run.close()
         return elapsed, peak_since(base)
 
-    # The lean forward alone (no hash or write), fused and eager, to show what fusion and the writing pipeline cost.
-    record["elementwise"] = extractor.fingerprint(Backend.FLA, 0, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
-    for name, lean in (("lean_forward_tok_s", extractor), ("lean_forward_eager_tok_s", Extractor(loaded, fuse=False))):
+    def lean(items: list) -> float:
         torch.cuda.synchronize()
         t = time.perf_counter()
-        for _, pending in lean.extract_many(items, featureset, Backend.FLA, 0):
+        for _, pending in extractor.extract_many(items, featureset, Backend.FLA):
             pending.wait()
-        record[name] = total / (time.perf_counter() - t)
-        print(f"{name}: {record[name]:.0f} tok/s", flush=True)
+        return time.perf_counter() - t
 
-    single_s, single_peak = e2e(0, "e2e-single")
-    record["e2e_single_tok_s"] = total / single_s
-    record["e2e_single_peak_gb"] = single_peak
-    print(f"e2e one sequence per forward: {total / single_s:.0f} tok/s, peak {single_peak:.2f} GB", flush=True)
-    # The same path once more, its store thrown away: the spread between the two is the run-to-run noise.
-    repeat_s, _ = e2e(0, "e2e-repeat")
-    shutil.rmtree(store / "e2e-repeat", ignore_errors=True)
-    record["e2e_repeat_tok_s"] = total / repeat_s
-    print(f"e2e one sequence per forward, repeated: {total / repeat_s:.0f} tok/s", flush=True)
-    if batching_safe:
-        batched_s, batched_peak = e2e(args.batch_tokens, "e2e-batched")
-        record["e2e_batched_tok_s"] = total / batched_s
-        record["e2e_batched_peak_gb"] = batched_peak
-        print(f"e2e batched: {total / batched_s:.0f} tok/s, peak {batched_peak:.2f} GB", flush=True)
-    # The service's policy on this device: batching only where the calibration showed identical bits.
-    best = "batched" if batching_safe and record["e2e_batched_tok_s"] > record["e2e_single_tok_s"] else "single"
-    record["e2e_policy"] = best
-    record["e2e_tok_s"] = record[f"e2e_{best}_tok_s"]
-    record["e2e_peak_gb"] = record[f"e2e_{best}_peak_gb"]
-    record["speedup"] = record["e2e_tok_s"] / record["naive_tok_s"]
-    record["peak_ratio"] = record["e2e_peak_gb"] / record["naive_peak_gb"]
-    store_bytes = sum(p.stat().st_size for p in (store / f"e2e-{best}" / "blobs").rglob("*") if p.is_file())
-    record["stored_bytes_per_token"] = store_bytes / total
-    record["raw_bytes_per_token"] = len(layers) * int(loaded.config.hidden_size) * 2 + 4
-    print(f"e2e/naive tokens/s: {record['speedup']:.3f}x; peak activations {record['peak_ratio']:.3f}x", flush=True)
+    for seed, (mix, (low, high)) in enumerate(MIXES.items()):
+        lengths = lengths_totalling(getattr(args, f"{mix}_tokens"), low, high, seed=10 + seed)
+        sequences = random_ids(lengths, vocab, seed=20 + seed)
+        total = sum(lengths)
+        record[f"{mix}_tokens"], record[f"{mix}_sequences"] = total, len(lengths)
+        items = [(spec.encode(parse_sample({"token_ids": ids}), 1 << 20), "lean") for ids in sequences]
+        # fla's Triton kernels compile and autotune per shape: one untimed pass over every length first (the naive
+        # side's forward sees the same lengths), so neither side is charged for tuning
+        record[f"{mix}_tuning_pass_s"] = lean(items)
+        naive(loaded.model, sequences[:2], layers)
+        # side by side, the order swapped between the mixes
+        order = ("naive", "e2e") if seed == 0 else ("e2e", "naive")
+        for name in order:
+            elapsed, peak = naive(loaded.model, sequences, layers) if name == "naive" else e2e(sequences, mix)
+            record[f"{mix}_{name}_tok_s"], record[f"{mix}_{name}_peak_gb"] = total / elapsed, peak
+            print(f"{mix} {name}: {total / elapsed:.0f} tok/s, peak activations {peak:.2f} GB", flush=True)
+        record[f"{mix}_lean_tok_s"] = total / lean(items)
+        record[f"{mix}_speedup"] = record[f"{mix}_e2e_tok_s"] / record[f"{mix}_naive_tok_s"]
+        record[f"{mix}_peak_ratio"] = record[f"{mix}_e2e_peak_gb"] / record[f"{mix}_naive_peak_gb"]
+        print(
+            f"{mix}: e2e/naive {record[f'{mix}_speedup']:.3f}x, lean packed {record[f'{mix}_lean_tok_s']:.0f} tok/s, "
+            f"peak {record[f'{mix}_peak_ratio']:.3f}x",
+            flush=True,
+        )
 
-    audited = build_services(settings.model_copy(update={"data_dir": store / f"e2e-{best}"}), loaded)
-    audit = audited.auditor.audit(args.audit, seed=0)
-    record["audit_total"] = audit.total
-    record["audit_reproduced"] = audit.reproduced
-    record["audit_mismatched"] = [r.prompt_hash for r in audit.results if not r.reproduced]
-    print(f"audit: {audit.reproduced}/{audit.total} reproduced bit for bit", flush=True)
+    record["audit"] = {}
+    for mix in MIXES:
+        audited = build_services(settings.model_copy(update={"data_dir": store / mix}), loaded)
+        audit = audited.auditor.audit(args.audit // len(MIXES), seed=0)
+        record["audit"][mix] = {"total": audit.total, "reproduced": audit.reproduced}
+        record["audit"].setdefault("mismatched", []).extend(r.prompt_hash for r in audit.results if not r.reproduced)
+        print(
+            f"audit {mix}: {audit.reproduced}/{audit.total} reproduced bit for bit (each alone in a pack)", flush=True
+        )
+        audited.close()
+    record["audit_total"] = sum(record["audit"][m]["total"] for m in MIXES)
+    record["audit_reproduced"] = sum(record["audit"][m]["reproduced"] for m in MIXES)
 
+    audited = build_services(settings.model_copy(update={"data_dir": store / "short"}), loaded)
     compare_ids = random_ids([args.compare_tokens], vocab, seed=3)[0]
     audited.writer.extract(ExtractRequest(samples=[{"token_ids": compare_ids}], featureset=featureset, backend="fla"))
     prompt = parse_sample({"token_ids": compare_ids}).prompt_hash
@@ -229,9 +193,8 @@ def main() -> None:
         print(
             f"compare fla vs {other.value}: "
             + ", ".join(
-                f"L{row.layer} cos {row.cosine_mean:.5f}/{row.cosine_min:.4f} max|d| {row.max_abs_diff:.3g} "
-                f"eq {row.bitwise_equal_fraction:.3f}"
-                for row in report.layers
+                f"L{r.layer} cos {r.cosine_mean:.5f}/{r.cosine_min:.4f} max|d| {r.max_abs_diff:.3g}"
+                for r in report.layers
             ),
             flush=True,
         )
@@ -248,23 +211,8 @@ def main() -> None:
     record["total_s"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2))
-    print(
-        json.dumps(
-            {
-                k: record[k]
-                for k in (
-                    "e2e_tok_s",
-                    "naive_tok_s",
-                    "speedup",
-                    "e2e_peak_gb",
-                    "naive_peak_gb",
-                    "peak_ratio",
-                    "audit_total",
-                    "audit_reproduced",
-                )
-            }
-        )
-    )
+    keys = [f"{m}_{k}" for m in MIXES for k in ("e2e_tok_s", "naive_tok_s", "speedup", "peak_ratio")]
+    print(json.dumps({k: record[k] for k in [*keys, "audit_total", "audit_reproduced", "policy"]}))
 
 
 if __name__ == "__main__":

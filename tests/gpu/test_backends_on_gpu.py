@@ -117,7 +117,8 @@ def test_audit_verdicts_on_gpu_match_one_by_one_extraction(gpu_settings: Setting
 
     samples = [{"token_ids": [(7 * i + n) % 1000 + 5 for i in range(n)]} for n in (17, 300, 1024, 1023, 64, 2048)]
     featureset = FeatureSet(layers=[1, 3, 5])
-    single = build_services(gpu_settings.model_copy(update={"data_dir": gpu_settings.data_dir / "single"}))
+    one = {"data_dir": gpu_settings.data_dir / "single", "pack_tokens": 0}  # the right-padded policy's test
+    single = build_services(gpu_settings.model_copy(update=one))
     single_hashes = [
         r.manifest.content_hash
         for r in single.writer.extract(ExtractRequest(samples=samples, featureset=featureset, backend="fla")).results
@@ -126,7 +127,9 @@ def test_audit_verdicts_on_gpu_match_one_by_one_extraction(gpu_settings: Setting
     assert (report.total, report.reproduced) == (len(samples), len(samples))
 
     batched = build_services(
-        gpu_settings.model_copy(update={"data_dir": gpu_settings.data_dir / "batched", "batch_tokens": 8192})
+        gpu_settings.model_copy(
+            update={"data_dir": gpu_settings.data_dir / "batched", "batch_tokens": 8192, "pack_tokens": 0}
+        )
     )
     batched_hashes = [
         r.manifest.content_hash

@@ -1,0 +1,79 @@
+"""Packed forwards on the GPU, for every backend: a 1,700-token sample gets identical bits alone in its pack, among
+other neighbours, and at other offsets (0, an offset after a 3,000-token neighbour, one after two); CUDA packs by
+default, and its entries' audits reproduce them alone. Run on the device: python -m pytest -m gpu tests/gpu"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from schemas.api import ExtractRequest
+from schemas.backend import Backend
+from schemas.featureset import FeatureSet
+from schemas.torch_tensors import to_torch
+from service.extraction.packing import PackPolicy, plan_packs
+from service.main import build_services
+from service.model.devmodel import build_devmodel
+from service.model.encode import EncodedPrompt
+from service.settings import Settings
+from tests.gpu.marks import needs_gpu_with
+
+pytestmark = needs_gpu_with("fla", "causal_conv1d")
+FEATURES = FeatureSet(layers=["embed", 0, 3, 5, 7, "final_norm"], target_ids=True, top_k=8)
+PACK = 8192
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("packing")
+    model_dir = build_devmodel(root / "small", head_dim=64)
+    built = build_services(Settings(data_dir=root / "store", model_dir=model_dir, device="cuda", pack_tokens=PACK))
+    yield built
+    built.close()
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(5, 1000, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def _encoded(ids: list[int]) -> EncodedPrompt:
+    return EncodedPrompt(prompt_ids=ids, completion_ids=None, completion_source=None, greedy_max_new_tokens=None)
+
+
+@pytest.mark.parametrize("backend", list(Backend))
+def test_a_sample_keeps_its_bits_alone_with_other_neighbours_and_at_other_offsets(services, backend: Backend) -> None:
+    sample = _ids(1700, 0)
+    layouts = {  # the planner puts the longest first, so the neighbours' lengths set the sample's offset
+        "alone": [],
+        "offset 0, after it 900 + 400": [_ids(900, 1), _ids(400, 2)],
+        "after a 3000": [_ids(3000, 3)],
+        "after 2500 + 2100, other tokens": [_ids(2500, 4), _ids(2100, 5), _ids(64, 6)],
+    }
+    policy = PackPolicy(PACK)
+    seen: dict[str, dict[str, torch.Tensor]] = {}
+    offsets = set()
+    with services.models.using() as extractor:
+        for name, neighbours in layouts.items():
+            sequences = [sample, *neighbours]
+            (pack,) = plan_packs([len(s) for s in sequences], policy)
+            offsets.add(next(s.start for s in pack.segments if s.index == 0))
+            items = [(_encoded(ids), f"{name} {i}") for i, ids in enumerate(sequences)]
+            done = dict(extractor.extract_many(items, FEATURES, backend))
+            extraction = done[0].wait()
+            assert PackPolicy.parse(extraction.fingerprint.batching) == policy
+            seen[name] = {t.name: to_torch(t) for t in extraction.tensors}
+    assert len(offsets) == 3  # 0 and two others
+    reference = seen.pop("alone")
+    for name, tensors in seen.items():
+        for tensor_name, tensor in reference.items():
+            assert torch.equal(tensor, tensors[tensor_name]), (backend, name, tensor_name)
+
+
+def test_cuda_packs_by_default_and_audits_reproduce_packed_entries_alone(services, tmp_path: Path) -> None:
+    samples = [{"token_ids": _ids(n, 10 + n)} for n in (1900, 1200, 700, 300, 2048, 64, 5000)]
+    results = services.writer.extract(ExtractRequest(samples=samples, featureset=FEATURES, backend="fla")).results
+    assert {r.manifest.fingerprint.batching for r in results} == {PackPolicy(PACK).describe()}
+    report = services.auditor.audit(len(samples), backend="fla")
+    assert (report.total, report.reproduced) == (len(samples), len(samples))
