@@ -170,8 +170,9 @@ class Extractor:
             run.verify()
             if pack is not None:
                 fingerprint = self.fingerprint(backend, 0, fused is not None, pack)
+                varlen = backend in (Backend.FLA, Backend.FLA_NOCONV)  # fla's delta rule is what runs
                 for planned in plan_packs([len(s.ids) for s in sequences], pack):
-                    hidden, normed = self._forward_pack(planned, sequences, featureset, fused)
+                    hidden, normed = self._forward_pack(planned, sequences, featureset, fused, varlen)
                     run.verify()
                     for segment in planned.segments:
                         seq = sequences[segment.index]
@@ -286,14 +287,14 @@ class Extractor:
         return _Sequence(encoded.prompt_ids + completion, len(encoded.prompt_ids), encoded.completion_source)
 
     def _forward_pack(
-        self, pack: Pack, sequences: list[_Sequence], featureset: FeatureSet, fused: FusedForwards | None
+        self, pack: Pack, sequences: list[_Sequence], featureset: FeatureSet, fused: FusedForwards | None, varlen: bool
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[1, shape, n_layers, H] hidden states of one pack, and the final norm's output when logits are needed."""
         inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self._copy_stream is not None)
         ids = inputs.pop("input_ids")
         with (
             fused.applied() if fused is not None else contextlib.nullcontext(),
-            per_sequence(self.loaded.kernels.module, pack),
+            per_sequence(self.loaded.kernels.module, pack, varlen),
         ):
             return capture(self.loaded.body, ids, featureset, **inputs)
 

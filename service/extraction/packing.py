@@ -36,7 +36,7 @@ class PackPolicy:
     def describe(self) -> str:
         return (
             f"fixed-shape packs of {self.tokens} tokens, starts aligned to {self.align} "
-            "(a longer sequence alone in the next multiple)"
+            "(a longer sequence alone in the next multiple; token mixing per sequence, fla's rule over cu_seqlens)"
         )
 
     @classmethod
@@ -99,13 +99,17 @@ def pack_inputs(pack: Pack, ids: list[list[int]], device: torch.device, pin: boo
 
 
 @contextlib.contextmanager
-def per_sequence(module: ModuleType, pack: Pack) -> Iterator[None]:
+def per_sequence(module: ModuleType, pack: Pack, varlen_rule: bool) -> Iterator[None]:
     """While the block runs, the modeling module's token-mixing calls run once per sequence of `pack` (through
-    whatever is bound there now: the kernel recorder of the backend that runs) and leave the filler at zero."""
+    whatever is bound there now: the kernel recorder of the backend that runs) and leave the filler at zero. With
+    `varlen_rule` (fla's delta rule is bound), the rule runs once per layer over the whole pack with fla's
+    `cu_seqlens`, each sequence (and each stretch of filler) a sequence of its own: per-sequence calls cost ~1 ms of
+    CPU each there, and fla computes every sequence's chunks from its own start."""
     spans = [(s.start, s.start + s.length) for s in pack.segments]
     saved = {name: getattr(module, name) for name in (CONV, RULE, ATTENTION)}
     setattr(module, CONV, _conv(saved[CONV], spans))
-    setattr(module, RULE, _rule(saved[RULE], spans))
+    rule = _varlen_rule(saved[RULE], spans, pack.shape) if varlen_rule else _rule(saved[RULE], spans)
+    setattr(module, RULE, rule)
     setattr(module, ATTENTION, _Attention(saved[ATTENTION], spans))
     try:
         yield
@@ -143,6 +147,22 @@ def _rule(inner: Callable[..., Any], spans: list[tuple[int, int]]) -> Callable[.
                 out = core.new_zeros((*value.shape[:2], *core.shape[2:]))
             out[:, start:end] = core
         return out, None
+
+    return rule
+
+
+def _varlen_rule(inner: Callable[..., Any], spans: list[tuple[int, int]], shape: int) -> Callable[..., Any]:
+    bounds = sorted({0, shape, *(edge for span in spans for edge in span)})
+    cpu = torch.tensor(bounds, dtype=torch.long)
+    on_device: dict[torch.device, torch.Tensor] = {}
+
+    def rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kw: Any) -> Any:
+        kw.pop("cu_seqlens", None)
+        if query.device not in on_device:
+            on_device[query.device] = cpu.to(query.device, non_blocking=True)
+        # cu_seqlens_cpu: fla builds its chunk index from the host copy, so no call waits for the GPU
+        core, _ = inner(query, key, value, cu_seqlens=on_device[query.device], cu_seqlens_cpu=cpu, **kw)
+        return core, None
 
     return rule
 
