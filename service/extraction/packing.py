@@ -103,8 +103,9 @@ def per_sequence(module: ModuleType, pack: Pack, varlen_rule: bool) -> Iterator[
     """While the block runs, the modeling module's token-mixing calls run once per sequence of `pack` (through
     whatever is bound there now: the kernel recorder of the backend that runs) and leave the filler at zero. With
     `varlen_rule` (fla's delta rule is bound), the rule runs once per layer over the whole pack with fla's
-    `cu_seqlens`, each sequence (and each stretch of filler) a sequence of its own: per-sequence calls cost ~1 ms of
-    CPU each there, and fla computes every sequence's chunks from its own start."""
+    `cu_seqlens`, each sequence (and each stretch of filler, then computed like one) a sequence of its own:
+    per-sequence calls cost ~1 ms of CPU each there, and fla computes every sequence's chunks from its own start.
+    Filler rows never reach a real one: every other kernel is row-wise."""
     spans = [(s.start, s.start + s.length) for s in pack.segments]
     saved = {name: getattr(module, name) for name in (CONV, RULE, ATTENTION)}
     setattr(module, CONV, _conv(saved[CONV], spans))
@@ -154,12 +155,13 @@ def _rule(inner: Callable[..., Any], spans: list[tuple[int, int]]) -> Callable[.
 def _varlen_rule(inner: Callable[..., Any], spans: list[tuple[int, int]], shape: int) -> Callable[..., Any]:
     bounds = sorted({0, shape, *(edge for span in spans for edge in span)})
     cpu = torch.tensor(bounds, dtype=torch.long)
+    staged = cpu.pin_memory() if torch.cuda.is_available() else cpu  # so its copy up never waits for the GPU
     on_device: dict[torch.device, torch.Tensor] = {}
 
     def rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kw: Any) -> Any:
         kw.pop("cu_seqlens", None)
         if query.device not in on_device:
-            on_device[query.device] = cpu.to(query.device, non_blocking=True)
+            on_device[query.device] = staged.to(query.device, non_blocking=True)
         # cu_seqlens_cpu: fla builds its chunk index from the host copy, so no call waits for the GPU
         core, _ = inner(query, key, value, cu_seqlens=on_device[query.device], cu_seqlens_cpu=cpu, **kw)
         return core, None
