@@ -26,6 +26,7 @@ from client.errors import (
     ServerError,
     SGLangError,
     StorageFullError,
+    StoreUnavailableError,
     TooLargeError,
     WindowClosedError,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "SampleRejectedError",
     "ServerError",
     "StorageFullError",
+    "StoreUnavailableError",
     "TooLargeError",
     "TopK",
     "WindowClosedError",

@@ -92,6 +92,10 @@ class ServerError(HsstoreError):
     pass
 
 
+class StoreUnavailableError(HsstoreError):
+    """The service's object store is down or refusing: retriable; the loaders retry it with backoff."""
+
+
 class IntegrityError(HsstoreError):
     """What arrived does not hash to what the service said it sent, or a stored entry failed its check."""
 
@@ -134,6 +138,7 @@ BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
     ErrorCode.DIRECT_READS_UNAVAILABLE: DirectReadsUnavailableError,
     ErrorCode.MODEL_UNAVAILABLE: ModelUnavailableError,
     ErrorCode.NOT_READY: NotReadyError,
+    ErrorCode.STORE_UNAVAILABLE: StoreUnavailableError,
     ErrorCode.CORRUPT_ENTRY: IntegrityError,
     ErrorCode.BACKEND_MISMATCH: BackendMismatchError,
     ErrorCode.STORAGE_FULL: StorageFullError,

@@ -8,8 +8,9 @@ against its hash before it is yielded, and with `cache_dir` a second epoch is se
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from client.cache import FeatureCache
 from client.client import FeatureClient
+from client.errors import StoreUnavailableError
 from client.features import Features
 from client.keys import KeyLike, batch_item
 from schemas.api import BatchItem
@@ -89,7 +91,8 @@ class FeatureDataset(Dataset[Sample]):
 
     def __getitem__(self, index: int) -> Sample:
         item = self.keys[index]
-        return to_sample(self._clients.get().fetch(item.key, self.layers or item.layers, item.tokens))
+        client = self._clients.get()
+        return to_sample(retrying(client.fetch, item.key, self.layers or item.layers, item.tokens))
 
 
 class EntryStream(IterableDataset[Sample]):
@@ -149,11 +152,25 @@ class EntryStream(IterableDataset[Sample]):
         with ThreadPoolExecutor(self.prefetch, thread_name_prefix="hsstore-prefetch") as pool:
             pending: deque[Future[Features]] = deque()
             for key in mine:
-                pending.append(pool.submit(client.fetch, key.key))
+                pending.append(pool.submit(retrying, client.fetch, key.key))
                 if len(pending) >= self.prefetch:
                     yield to_sample(pending.popleft().result())
             while pending:
                 yield to_sample(pending.popleft().result())
+
+
+RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # an outage of the service's object store up to ~15 s costs only time
+
+
+def retrying(fetch: Callable[..., Features], *args: Any) -> Features:
+    """`fetch(*args)`, again after a pause while the service says its store is unavailable (a 503 it means to
+    clear); any other error, and the last of these, goes to the training loop."""
+    for delay in RETRY_DELAYS_S:
+        try:
+            return fetch(*args)
+        except StoreUnavailableError:
+            time.sleep(delay)
+    return fetch(*args)
 
 
 _PER_TOKEN = ("loss_mask", "target_ids", "topk_ids", "topk_logprobs", "topk_mass")

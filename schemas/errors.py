@@ -29,6 +29,7 @@ class ErrorCode(StrEnum):
     # the service cannot do it now (503)
     MODEL_UNAVAILABLE = "model_unavailable"
     NOT_READY = "not_ready"
+    STORE_UNAVAILABLE = "store_unavailable"  # the object store did not answer: retriable (Retry-After), not corrupt
     # faults (5xx)
     CORRUPT_ENTRY = "corrupt_entry"
     BACKEND_MISMATCH = "backend_mismatch"

@@ -71,6 +71,14 @@ class Forbidden(HsstoreError):
     code = ErrorCode.FORBIDDEN
 
 
+class StoreUnavailable(HsstoreError):
+    """The object store holding the blobs failed to answer (down, refused, throttled): an outage a client retries,
+    never a verdict on the stored bytes, which only a verified mismatch is."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+    retry_after_s = 5
+
+
 class CorruptEntry(HsstoreError):
     code = ErrorCode.CORRUPT_ENTRY
 

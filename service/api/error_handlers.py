@@ -28,6 +28,7 @@ STATUS: dict[type[errors.HsstoreError], int] = {
     errors.DirectReadsUnavailable: 409,
     errors.ModelUnavailable: 503,
     errors.NotReady: 503,
+    errors.StoreUnavailable: 503,
     errors.Unauthorized: 401,
     errors.Forbidden: 403,
     errors.CorruptEntry: 500,
@@ -75,7 +76,9 @@ async def _domain(_: Request, exc: Exception) -> JSONResponse:
     status = status_for(exc)
     if status >= 500:
         log.error("%s: %s", exc.code, exc.message)
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if isinstance(exc, errors.StoreUnavailable):
+        headers["Retry-After"] = str(exc.retry_after_s)
     return error_response(status, exc.code, exc.message, headers)
 
 

@@ -26,7 +26,7 @@ from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.keys import is_content_hash
 from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
-from service.errors import ReadOnly
+from service.errors import ReadOnly, StoreUnavailable
 from service.settings import ConfigError
 from service.storage.layout import chunk_shape, locate_arrays, read_arrays, runs
 from service.storage.protocol import LocatedArray, Selection, Stored
@@ -37,12 +37,10 @@ T = TypeVar("T")
 _GROUP = "zarr.json"
 
 
-class ObjectStoreError(OSError):
-    """The object store failed (unreachable, refused, throttled): an OSError, as a disk's failure would be."""
-
-
 def _calling(call: Callable[[], T]) -> T:
-    """obstore's errors as the ones the rest of the service knows: KeyError for a missing object, OSError else."""
+    """obstore's errors as the ones the rest of the service knows: KeyError for a missing object, StoreUnavailable
+    for any other failure of the store (unreachable, refused, throttled, denied). Damage is never the store's to
+    report: our own checks (crc32c, digests, content hash) find it in the bytes that do arrive."""
     try:
         return call()
     except (FileNotFoundError, NotFoundError) as exc:
@@ -50,7 +48,7 @@ def _calling(call: Callable[[], T]) -> T:
     except AlreadyExistsError:
         raise
     except BaseError as exc:
-        raise ObjectStoreError(f"object store: {type(exc).__name__}: {str(exc)[:300]}") from None
+        raise StoreUnavailable(f"the object store failed ({type(exc).__name__}: {str(exc)[:200]}); try again") from None
 
 
 class ObjectArray:
@@ -85,6 +83,13 @@ class ObjectArray:
         return [memoryview(b) for b in fetched]
 
 
+_RETRIES = {
+    "max_retries": 3,
+    "retry_timeout": timedelta(seconds=10),
+    "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=2), "base": 2},
+}
+
+
 def open_url(url: str, s3_endpoint: str | None = None) -> Any:
     """The obstore store an URL names: `s3://bucket/prefix` (credentials and region from the AWS_* variables, as
     every S3 tool reads them) or `file:///path` (a shared filesystem)."""
@@ -92,11 +97,13 @@ def open_url(url: str, s3_endpoint: str | None = None) -> Any:
 
     if url.startswith("s3://"):
         bucket, _, prefix = url.removeprefix("s3://").partition("/")
-        options: dict[str, Any] = {}
+        # A dead store is said within seconds (503 store_unavailable), not after obstore's default 10 retries over
+        # up to 3 minutes: the client and its loaders retry with their own backoff.
+        options: dict[str, Any] = {"client_options": {"connect_timeout": "2s"}, "retry_config": _RETRIES}
         if s3_endpoint is not None:
             options["endpoint"] = s3_endpoint
             if s3_endpoint.startswith("http://"):
-                options["client_options"] = {"allow_http": True}
+                options["client_options"]["allow_http"] = True
         if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
             options["region"] = "us-east-1"
         return S3Store(bucket, prefix=prefix or None, **options)
