@@ -96,6 +96,10 @@ class StoreUnavailableError(HsstoreError):
     """The service's object store is down or refusing: retriable; the loaders retry it with backoff."""
 
 
+class CatalogUnavailableError(StoreUnavailableError):
+    """The service's catalog database is down or restarting: retriable, as the object store's outage is."""
+
+
 class IntegrityError(HsstoreError):
     """What arrived does not hash to what the service said it sent, or a stored entry failed its check."""
 
@@ -139,6 +143,7 @@ BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
     ErrorCode.MODEL_UNAVAILABLE: ModelUnavailableError,
     ErrorCode.NOT_READY: NotReadyError,
     ErrorCode.STORE_UNAVAILABLE: StoreUnavailableError,
+    ErrorCode.CATALOG_UNAVAILABLE: CatalogUnavailableError,
     ErrorCode.CORRUPT_ENTRY: IntegrityError,
     ErrorCode.BACKEND_MISMATCH: BackendMismatchError,
     ErrorCode.STORAGE_FULL: StorageFullError,

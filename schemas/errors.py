@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     MODEL_UNAVAILABLE = "model_unavailable"
     NOT_READY = "not_ready"
     STORE_UNAVAILABLE = "store_unavailable"  # the object store did not answer: retriable (Retry-After), not corrupt
+    CATALOG_UNAVAILABLE = "catalog_unavailable"  # the catalog's database did not answer: retriable (Retry-After)
     # faults (5xx)
     CORRUPT_ENTRY = "corrupt_entry"
     BACKEND_MISMATCH = "backend_mismatch"

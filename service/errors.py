@@ -79,6 +79,13 @@ class StoreUnavailable(HsstoreError):
     retry_after_s = 5
 
 
+class CatalogUnavailable(StoreUnavailable):
+    """The catalog's database did not answer (down, restarting, out of connections): retriable, within a second."""
+
+    code = ErrorCode.CATALOG_UNAVAILABLE
+    retry_after_s = 2
+
+
 class CorruptEntry(HsstoreError):
     code = ErrorCode.CORRUPT_ENTRY
 

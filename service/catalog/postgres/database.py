@@ -8,14 +8,25 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from service.catalog.migrations import TABLE, Step, check_version, migrate_part
-from service.errors import ReadOnly
+from service.errors import CatalogUnavailable, ReadOnly
 from service.settings import ConfigError
 
 log = logging.getLogger("hsstore.catalog")
 _MIGRATION_LOCK = 0x68737374  # one advisory lock id for every hsstore schema change ("hsst")
+_WAIT_S = 1.0  # for a connection from the pool, before the catalog is called unavailable
+
+
+@contextmanager
+def _answering(url: str) -> Iterator[None]:
+    """The database's absence as the outage it is (503 catalog_unavailable), never an internal error."""
+    try:
+        yield
+    except (PoolTimeout, psycopg.OperationalError) as exc:
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise CatalogUnavailable(f"the catalog at {masked(url)} did not answer ({reason}); try again") from None
 
 
 def masked(url: str) -> str:
@@ -34,27 +45,53 @@ class PostgresDatabase:
         except psycopg.Error as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ConfigError(f"the catalog at {masked(url)} cannot be reached: {reason} (catalog_url)") from None
-        self.pool = ConnectionPool(url, min_size=1, max_size=max_connections, open=True, kwargs={"autocommit": True})
+        # A connection is checked before it is handed out (one left over from before a restart is replaced, not
+        # failed on), and waiting for one is bounded: a database that is down is said within about a second.
+        self.pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_connections,
+            open=True,
+            kwargs={"autocommit": True, "connect_timeout": 2},
+            check=ConnectionPool.check_connection,
+            timeout=_WAIT_S,
+        )
         self.pool.wait(timeout=30)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A connection for reading (each statement its own transaction)."""
-        with self.pool.connection() as conn:
+        with _answering(self.url), self._connected() as conn:
             yield conn
 
     @contextmanager
     def writing(self) -> Iterator[psycopg.Connection]:
         self._refuse_if_read_only()
-        with self.pool.connection() as conn:
+        with _answering(self.url), self._connected() as conn:
             yield conn
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection]:
         """All of the block's statements, or none of them."""
         self._refuse_if_read_only()
-        with self.pool.connection() as conn, conn.transaction():
+        with _answering(self.url), self._connected() as conn, conn.transaction():
             yield conn
+
+    @contextmanager
+    def _connected(self) -> Iterator[psycopg.Connection]:
+        """A checked connection from the pool; after an outage, while the pool still backs off before reconnecting,
+        one made directly if the server answers again (so the first request after a restart succeeds)."""
+        try:
+            conn, pooled = self.pool.getconn(), True
+        except PoolTimeout:
+            conn, pooled = psycopg.connect(self.url, autocommit=True, connect_timeout=2), False
+        try:
+            yield conn
+        finally:
+            if pooled:
+                self.pool.putconn(conn)
+            else:
+                conn.close()
 
     def _refuse_if_read_only(self) -> None:
         if self.read_only:

@@ -1,0 +1,68 @@
+"""The catalog's Postgres stopped and started again under a running service (the machine's own cluster, as
+`scripts/postgres-for-tests.sh` runs it): while it is down, listings and reads answer 503 `catalog_unavailable` with
+Retry-After, and readiness 503, each within a few seconds, not the pool's 30; once it is back, the first request
+succeeds (connections left from before the restart are checked and replaced, never failed on)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from client import CatalogUnavailableError, FeatureClient
+from service.main import create_app
+from service.settings import Settings
+from tests.conftest import LiveServer, coding_prompts
+
+
+def _cluster() -> list[str]:
+    version, name = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True, text=True).stdout.split()[:2]
+    return [version, name]
+
+
+def _pg(action: str) -> None:
+    subprocess.run(["pg_ctlcluster", *_cluster(), action, *(["-m", "fast"] if action == "stop" else [])], check=True)
+    if action == "start":
+        for _ in range(100):
+            if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("Postgres did not come back")
+
+
+@pytest.fixture
+def stoppable_postgres(postgres_url: str) -> Iterator[str]:
+    try:
+        yield postgres_url
+    finally:  # whatever happened, the rest of the suite gets its Postgres back
+        if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode != 0:
+            _pg("start")
+
+
+def test_a_stopped_catalog_is_a_quick_503_and_a_restarted_one_answers_the_first_request(
+    stoppable_postgres: str, tiny_model_dir: Path, tiny_loaded, tmp_path: Path
+) -> None:
+    settings = Settings(data_dir=tmp_path / "d", model_dir=tiny_model_dir, device="cpu", catalog_url=stoppable_postgres)
+    with LiveServer(create_app(settings, tiny_loaded)) as url, FeatureClient(url) as client:
+        client.extract([coding_prompts()[0]])
+        assert len(list(client.entries())) == 1
+        _pg("stop")
+        for path in ("/v1/entries", f"/v1/features/{'0' * 64}", "/readyz"):
+            started = time.monotonic()
+            answer = httpx.get(f"{url}{path}", timeout=60)
+            assert time.monotonic() - started < 5, path
+            assert answer.status_code == 503, (path, answer.text)
+            if path != "/readyz":
+                assert answer.json()["error"]["code"] == "catalog_unavailable"
+                assert answer.headers["Retry-After"] == "2"
+        with pytest.raises(CatalogUnavailableError):
+            list(client.entries())
+        _pg("start")
+        first = httpx.get(f"{url}/v1/entries", timeout=60)  # the pool's connections all died with the server
+        assert first.status_code == 200, first.text
+        assert len(first.json()["entries"]) == 1
+        assert httpx.get(f"{url}/readyz", timeout=60).status_code == 200
