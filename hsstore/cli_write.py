@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -28,7 +27,7 @@ from hsstore.cli_options import (
     progress_bar,
     stoppable,
 )
-from schemas.timestamps import stamp
+from schemas.timestamps import utc_now
 
 if TYPE_CHECKING:
     from schemas.api import ExtractResult
@@ -50,7 +49,7 @@ def extract(
     samples = SampleFile(jsonl)
     featureset = featureset_option(layers, dtype, target_ids, top_k)
     counts = {"extracted": 0, "existing": 0}
-    started = stamp(datetime.now(UTC))
+    started = utc_now()
     in_flight = 0  # samples of a request sent and not yet answered
     try:
         with stoppable(), client_for(url, token) as client, progress_bar() as progress:

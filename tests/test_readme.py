@@ -36,30 +36,22 @@ def demo_store(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 def test_the_snippets_run_in_order_against_the_demo_twice(demo_store: str) -> None:
     """Every bash and Python block in the order a reader meets them, on one store; then all of it again, since a
     reader who runs the README a second time must get no error either."""
-    snippets = re.findall(r"```(bash|python)\n(.*?)```", README, flags=re.S)
-    commands = [
-        line.split("#")[0].strip()
-        for language, block in snippets
-        if language == "bash"
-        for line in block.splitlines()
-        if line.strip().startswith("hsstore ")
-    ]
-    assert len(commands) >= 8
-    (python,) = [block for language, block in snippets if language == "python" and "FeatureClient(" in block]
-    code = compile(python.replace("http://127.0.0.1:8000", demo_store), "README.md", "exec")
+    steps: list[str | object] = []  # a shell command, or the client snippet compiled against the demo's URL
+    for language, block in re.findall(r"```(bash|python)\n(.*?)```", README, flags=re.S):
+        if language == "python" and "FeatureClient(" in block:
+            steps.append(compile(block.replace("http://127.0.0.1:8000", demo_store), "README.md", "exec"))
+        elif language == "bash":
+            steps += [line.split("#")[0].strip() for line in block.splitlines() if line.strip().startswith("hsstore ")]
+    commands = [step for step in steps if isinstance(step, str)]
+    assert len(commands) >= 8 and len(steps) == len(commands) + 1  # and the one client snippet
     runner = CliRunner()
     for attempt in ("first", "second"):
-        for language, block in snippets:
-            if language == "python":
-                if block == python:
-                    exec(code, {})
+        for step in steps:
+            if not isinstance(step, str):
+                exec(step, {})
                 continue
-            for line in block.splitlines():
-                if not line.strip().startswith("hsstore "):
-                    continue
-                command = line.split("#")[0].strip()
-                result = runner.invoke(app, shlex.split(command)[1:], env={"HSSTORE_URL": demo_store, "COLUMNS": "80"})
-                assert result.exit_code == 0, (attempt, command, result.output)
+            result = runner.invoke(app, shlex.split(step)[1:], env={"HSSTORE_URL": demo_store, "COLUMNS": "80"})
+            assert result.exit_code == 0, (attempt, step, result.output)
 
 
 def test_the_sample_examples_are_valid_samples() -> None:
