@@ -25,8 +25,15 @@ def _answering(url: str) -> Iterator[None]:
     try:
         yield
     except (PoolTimeout, psycopg.OperationalError) as exc:
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise CatalogUnavailable(f"the catalog at {masked(url)} did not answer ({reason}); try again") from None
+        raise CatalogUnavailable(
+            f"the catalog at {masked(url)} did not answer ({_reason(exc)[:200]}); try again"
+        ) from None
+
+
+def _reason(exc: Exception) -> str:
+    """psycopg's error in one line (its messages run to several)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def masked(url: str) -> str:
@@ -43,8 +50,7 @@ class PostgresDatabase:
         try:  # once, directly: a wrong URL or a down server is said now, in one line, not as a pool timing out
             psycopg.connect(url, connect_timeout=10).close()
         except psycopg.Error as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ConfigError(f"the catalog at {masked(url)} cannot be reached: {reason} (catalog_url)") from None
+            raise ConfigError(f"the catalog at {masked(url)} cannot be reached: {_reason(exc)} (catalog_url)") from None
         # A connection is checked before it is handed out (one left over from before a restart is replaced, not
         # failed on), and waiting for one is bounded: a database that is down is said within about a second.
         self.pool = ConnectionPool(
