@@ -30,7 +30,7 @@ from hsstore.cli_options import (
 from schemas.timestamps import utc_now
 
 if TYPE_CHECKING:
-    from schemas.api import ExtractResult
+    from schemas.api import ExtractResult, JobStatus
 
 
 def extract(
@@ -191,27 +191,29 @@ def warm(
 
     samples = SampleFile(jsonl)
     featureset = featureset_option(layers, dtype, target_ids, top_k)
-    with client_for(url, token) as client:
-        try:
-            status = client.submit_job(
-                jsonl=jsonl.read_bytes(),
-                backends=backend or ["auto"],
-                completion=completion,
-                priority=priority,
-                layers=featureset,
-                run_now=now,
+    status: JobStatus | None = None
+    # Ctrl-C (or SIGTERM) from here on says what goes on in the service, however early it comes
+    try:
+        with stoppable(), client_for(url, token) as client:
+            try:
+                status = client.submit_job(
+                    jsonl=jsonl.read_bytes(),
+                    backends=backend or ["auto"],
+                    completion=completion,
+                    priority=priority,
+                    layers=featureset,
+                    run_now=now,
+                )
+            except HsstoreError as exc:
+                exc.message = samples.locate(exc.message)
+                raise
+            typer.echo(
+                f"job {status.id}: {status.total} items ({len(samples.samples)} samples x "
+                f"{', '.join(status.backends)}), featureset {status.featureset_id}"
             )
-        except HsstoreError as exc:
-            exc.message = samples.locate(exc.message)
-            raise
-        typer.echo(
-            f"job {status.id}: {status.total} items ({len(samples.samples)} samples x {', '.join(status.backends)}), "
-            f"featureset {status.featureset_id}"
-        )
-        if not wait:
-            return
-        try:
-            with stoppable(), progress_bar() as progress:
+            if not wait:
+                return
+            with progress_bar() as progress:
                 task = progress.add_task("warm", total=status.total)
                 while True:
                     note = " (waiting for a window)" if status.waiting_for_window else ""
@@ -221,13 +223,16 @@ def warm(
                         break  # the last frame shows the finished count
                     time.sleep(1.0)
                     status = client.job(status.id)
-        except KeyboardInterrupt:
+    except KeyboardInterrupt:
+        if status is None:
+            console.print("interrupted before the service answered: it may have made the job anyway (hsstore jobs)")
+        else:
             console.print(
                 f"stopped following job {status.id}: it goes on in the service ({status.done + status.failed}/"
-                f"{status.total} done so far)\n  follow it: hsstore jobs {status.id}; stop it: hsstore jobs --cancel "
-                f"{status.id}"
+                f"{status.total} done so far)\n  follow it: hsstore jobs {status.id}; stop it: hsstore jobs "
+                f"--cancel {status.id}"
             )
-            raise typer.Exit(INTERRUPTED) from None
+        raise typer.Exit(INTERRUPTED) from None
     rate = f", {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
     new = status.done - status.existing
     typer.echo(
