@@ -38,14 +38,20 @@ from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash
 
 # The torch Datasets load torch on first use: `import client` (and the CLI) stays light for callers without tensors.
-_TORCH_DATA = ("EntryStream", "FeatureDataset", "pack_collate", "pad_collate")
+_TORCH_DATA = {
+    "DeviceFeed": "client.device_feed",
+    "EntryStream": "client.torch_data",
+    "FeatureDataset": "client.torch_data",
+    "pack_collate": "client.torch_data",
+    "pad_collate": "client.torch_data",
+}
 
 
 def __getattr__(name: str) -> object:
     if name in _TORCH_DATA:
-        from client import torch_data
+        import importlib
 
-        return getattr(torch_data, name)
+        return getattr(importlib.import_module(_TORCH_DATA[name]), name)
     raise AttributeError(f"module 'client' has no attribute {name!r}")
 
 
@@ -57,6 +63,7 @@ __all__ = [
     "BackendUnavailableError",
     "CatalogUnavailableError",
     "ConnectionFailed",
+    "DeviceFeed",
     "DirectReadsUnavailableError",
     "EntryStream",
     "FeatureCache",

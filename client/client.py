@@ -12,13 +12,14 @@ from typing import Any, Literal
 
 import httpx
 
+from client.bodies import Body, Connections, Exactly, at_end, content_length, read_all, read_exactly
 from client.cache import FeatureCache
 from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
-from client.receive import BufferPool, Pieces, Verify, decode_any, receive_chunks
-from client.transport import Transport, batch_error, content_length
+from client.receive import BufferPool, Verify, decode_any, receive_chunks
+from client.transport import Transport, batch_error
 from schemas import chunk_wire, wire
 from schemas.api import (
     IMPORT_METADATA,
@@ -56,8 +57,8 @@ Tokens = tuple[int | None, int | None] | TokenRange | str
 WireFormat = Literal["chunks", "safetensors"]
 
 
-def _is_chunks(response: httpx.Response) -> bool:
-    return response.headers.get("content-type", "").startswith(chunk_wire.MEDIA_TYPE)
+def _is_chunks(body: Body) -> bool:
+    return body.headers.get("content-type", "").startswith(chunk_wire.MEDIA_TYPE)
 
 
 class FeatureClient:
@@ -87,7 +88,8 @@ class FeatureClient:
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout, limits=limits)
         if token:
             self._http.headers["Authorization"] = f"Bearer {token}"
-        self._transport = Transport(self._http)
+        # bodies come over sockets of our own, read into our buffers, unless the caller handed in its httpx client
+        self._transport = Transport(self._http, self._sockets(timeout) if self._owns_http else None)
         self.cache = FeatureCache(cache) if isinstance(cache, str | Path) else cache
         self._pool: ThreadPoolExecutor | None = None
         self._max_connections = max_connections
@@ -97,17 +99,21 @@ class FeatureClient:
         accepted = [chunk_wire.MEDIA_TYPE, SAFETENSORS] if wire_format == "chunks" else [SAFETENSORS]
         self._accept = {"accept": ", ".join(accepted)}
         self.direct_reads = direct_reads
-        self._objects: httpx.Client | None = None  # no base URL, no bearer token: presigned URLs carry their own
+        self._objects = Connections(timeout)  # no bearer token: presigned URLs carry their own
 
     @property
     def url(self) -> str:
         return self._transport.url
 
+    def _sockets(self, timeout: float) -> Connections:
+        return Connections(timeout, {k: v for k, v in self._http.headers.items() if k.lower() == "authorization"})
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False)
-        if self._objects is not None:
-            self._objects.close()
+        self._objects.close()
+        if self._transport.sockets is not None:
+            self._transport.sockets.close()
         if self._owns_http:
             self._http.close()
 
@@ -158,13 +164,11 @@ class FeatureClient:
         if tokens is not None:
             params["tokens"] = str(TokenRange.of(tokens))
         path = f"/v1/features/{key.prompt_hash}"
-        with self._transport.open("GET", path, params=params, headers=self._accept) as response:
-            length = content_length(response)
-            if _is_chunks(response) and length is not None:
-                features = receive_chunks(response.iter_raw(), length, self._buffers, self.verify)
-            else:
-                features = decode_any(self._transport.body(response), _is_chunks(response), self.verify)
-        return self._kept(features)
+        with self._transport.stream("GET", path, params=params, headers=self._accept) as body:
+            length = content_length(body)
+            if _is_chunks(body) and length is not None:
+                return receive_chunks(body, length, self._buffers, self.verify, self._keep)
+            return self._kept(decode_any(read_all(body), _is_chunks(body), self.verify))
 
     def get_many(self, keys: Sequence[KeyLike]) -> list[Features]:
         """Every key fetched in parallel over the connection pool; results in order."""
@@ -195,20 +199,19 @@ class FeatureClient:
         located = self._transport.call(DirectEntries, "POST", "/v1/features:locate", json=body)
         if len(located.entries) != len(items):
             raise IntegrityError(f"asked to locate {len(items)} entries, got {len(located.entries)}")
-        if self._objects is None:
-            limits = httpx.Limits(max_connections=self._max_connections * 4)
-            self._objects = httpx.Client(timeout=self._http.timeout, limits=limits)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._max_connections, thread_name_prefix="hsstore-client")
         fetches = ThreadPoolExecutor(self._max_connections * 4, thread_name_prefix="hsstore-ranges")
         try:
             with self._transport.failures("GET", "(object store)"):
                 read = list(
-                    self._pool.map(lambda e: read_direct(e, self._objects, fetches, self.verify), located.entries)
+                    self._pool.map(
+                        lambda e: read_direct(e, self._objects, fetches, self.verify, self._keep), located.entries
+                    )
                 )
         finally:
             fetches.shutdown(wait=False)
-        return [self._kept(features) for features in read]
+        return read
 
     def get_batch(self, keys: Sequence[KeyLike]) -> list[Features]:
         """Several entries in one request through `POST /v1/features:batch`; each body verified."""
@@ -217,30 +220,36 @@ class FeatureClient:
         request = BatchRequest(keys=[batch_item(key) for key in keys])
         body = request.model_dump(mode="json", exclude_none=True)
         received = []
-        with self._transport.open("POST", "/v1/features:batch", json=body, headers=self._accept) as response:
-            frames = Pieces(response.iter_raw())  # each frame decoded as it arrives
-            for index, item in enumerate(request.keys):
+        with self._transport.stream("POST", "/v1/features:batch", json=body, headers=self._accept) as response:
+            for index, item in enumerate(request.keys):  # each frame decoded as it arrives
                 try:
-                    length, kind = wire.FRAME_PREFIX.unpack(frames.read(wire.FRAME_PREFIX.size))
+                    length, kind = wire.FRAME_PREFIX.unpack(read_exactly(response, wire.FRAME_PREFIX.size))
+                    frame = Exactly(response, length)
                     if kind == wire.ERROR:
-                        raise batch_error(index, item, memoryview(frames.read(length)))
+                        raise batch_error(index, item, memoryview(read_exactly(frame, length)))
                     if kind == wire.CHUNKS:
-                        features = receive_chunks(frames.take(length), length, self._buffers, self.verify)
+                        features = receive_chunks(frame, length, self._buffers, self.verify, self._keep)
                     elif kind == wire.FEATURES:
-                        features = decode_verified(frames.read(length))
+                        features = self._kept(decode_verified(read_exactly(frame, length)))
                     else:
                         raise IntegrityError(f"unknown frame kind {kind}")
                 except IntegrityError as exc:
                     raise IntegrityError(f"keys[{index}] (prompt_hash {item.prompt_hash[:12]}…): {exc}") from None
-                received.append(self._kept(features))
-            if not frames.at_end():
+                received.append(features)
+            if not at_end(response):
                 raise IntegrityError(f"asked for {len(request.keys)} entries, received more frames")
         return received
 
     def _kept(self, features: Features) -> Features:
+        """A verified entry that came as safetensors, kept in the cache."""
         if self.cache is not None:
             self.cache.put(features)
         return features
+
+    def _keep(self, features: Features, body: Sequence[bytes | memoryview]) -> None:
+        """A verified full entry's chunk body, kept in the cache as it came."""
+        if self.cache is not None:
+            self.cache.put_chunks(features, body)
 
     def exists(
         self,

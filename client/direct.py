@@ -5,14 +5,14 @@ manifest. The service spends nothing per byte; the object store serves them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
-
+from client.bodies import Connections, at_end, fill, read_all
 from client.errors import IntegrityError
 from client.features import Features
 from client.receive import ChunkDecoder, Verify
-from client.transport import fill
+from schemas import chunk_wire
 from schemas.chunk_wire import DirectEntry
 from schemas.manifest import Manifest
 from schemas.wire import WireFormatError
@@ -34,8 +34,15 @@ def _runs(entry: DirectEntry) -> list[tuple[str, int, int, int]]:
     return [tuple(run) for run in runs]  # type: ignore[misc]
 
 
-def read_direct(entry: DirectEntry, objects: httpx.Client, pool: ThreadPoolExecutor, verify: Verify) -> Features:
-    """One entry from the object store, verified."""
+def read_direct(
+    entry: DirectEntry,
+    objects: Connections,
+    pool: ThreadPoolExecutor,
+    verify: Verify,
+    keep: Callable[[Features, list[bytes | memoryview]], None] | None = None,
+) -> Features:
+    """One entry from the object store, verified; `keep` as `receive_chunks` takes it (the body kept is the header
+    the service sent and the chunks read here)."""
     header = entry.header
     try:
         manifest = Manifest.model_validate_json(header.manifest)
@@ -48,16 +55,22 @@ def read_direct(entry: DirectEntry, objects: httpx.Client, pool: ThreadPoolExecu
     def fetch(run: tuple[str, int, int, int]) -> None:
         """One ranged GET, streamed into its place in the buffer (no joined copy of the response)."""
         url, shard_at, body_at, length = run
-        with objects.stream("GET", url, headers={"Range": f"bytes={shard_at}-{shard_at + length - 1}"}) as response:
-            if response.status_code != 206:
-                raise IntegrityError(f"the object store answered a ranged GET with HTTP {response.status_code}")
-            filled = fill(view[body_at : body_at + length], response.iter_raw())
+        with objects.open("GET", url, {"Range": f"bytes={shard_at}-{shard_at + length - 1}"}) as response:
+            if response.status != 206:
+                read_all(response)
+                raise IntegrityError(f"the object store answered a ranged GET with HTTP {response.status}")
+            filled = fill(view[body_at : body_at + length], response)
+            if not at_end(response):
+                raise IntegrityError(f"the object store sent more than the {length} bytes asked for")
         if filled != length:
             raise IntegrityError(f"the object store sent {filled} of {length} bytes")
 
     list(pool.map(fetch, _runs(entry)))
     decoder = ChunkDecoder.of_data(header, manifest, view, verify)
     try:
-        return decoder.finish(header.data_bytes)
+        features = decoder.finish(header.data_bytes)
     finally:
         decoder.wait()
+    if keep is not None and features.full:
+        keep(features, [chunk_wire.encode_header(header), view])
+    return features

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from math import prod
 from typing import Literal
@@ -20,9 +20,9 @@ from typing import Literal
 import numpy as np
 from numcodecs import Blosc
 
+from client.bodies import Body, fill
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
-from client.transport import fill
 from schemas import chunk_wire
 from schemas.chunks import ChunkDigests, as_positions, crc_ok, grid, touched, unflatten
 from schemas.content_hash import content_hash
@@ -39,10 +39,12 @@ _BLOSC_HEADER = struct.Struct("<III")
 
 def _decoders() -> ThreadPoolExecutor:
     """The decode pool, made on first use in each process (a DataLoader worker forked from a process that had one
-    inherits its object but none of its threads)."""
+    inherits its object but none of its threads): a thread per core this process may run on (its affinity, which
+    a container's or a job scheduler's CPU set narrows; not the machine's count)."""
     global _POOL
     if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="hsstore-decode")
+        cores = len(os.sched_getaffinity(0))
+        _POOL = ThreadPoolExecutor(max_workers=max(2, cores), thread_name_prefix="hsstore-decode")
     return _POOL
 
 
@@ -195,49 +197,26 @@ def decode_chunks(body: bytes | bytearray | memoryview, verify: Verify = "chunks
     return ChunkDecoder(view, verify).finish(view.nbytes)
 
 
-def receive_chunks(pieces: Iterable[bytes], length: int, pool: BufferPool, verify: Verify = "chunks") -> Features:
-    """Receive a chunk body of `length` bytes from `pieces`, decoding it as it arrives."""
+def receive_chunks(
+    body: Body,
+    length: int,
+    pool: BufferPool,
+    verify: Verify = "chunks",
+    keep: Callable[[Features, list[memoryview]], None] | None = None,
+) -> Features:
+    """Receive a chunk body of `length` bytes from `body`, decoding it as it arrives. `keep(features, body)` is
+    handed the received bytes of a full entry once they verified (the disk cache keeps them as they came)."""
     buffer = pool.take(length)
     view = memoryview(buffer)[:length]
     decoder = ChunkDecoder(view, verify)
     try:
-        return decoder.finish(fill(view, pieces, decoder.feed))
+        features = decoder.finish(fill(view, body, decoder.feed))
+        if keep is not None and features.full:
+            keep(features, [view])
+        return features
     finally:
         decoder.wait()
         pool.give(buffer)
-
-
-class Pieces:
-    """Exact-length reads out of a body arriving in pieces of any size (a batch's frames, one after another)."""
-
-    def __init__(self, pieces: Iterable[bytes]) -> None:
-        self._pieces = iter(pieces)
-        self._left = memoryview(b"")
-
-    def take(self, n: int) -> Iterator[memoryview]:
-        """The next `n` bytes, in pieces; IntegrityError if the body ends first."""
-        while n > 0:
-            if not self._left.nbytes:
-                piece = next(self._pieces, None)
-                if piece is None:
-                    raise IntegrityError("the body ended inside a frame")
-                self._left = memoryview(piece).cast("B")
-            part, self._left = self._left[:n], self._left[n:]
-            n -= part.nbytes
-            yield part
-
-    def read(self, n: int) -> bytearray:
-        buffer = bytearray(n)
-        fill(memoryview(buffer), self.take(n))
-        return buffer
-
-    def at_end(self) -> bool:
-        while not self._left.nbytes:
-            piece = next(self._pieces, None)
-            if piece is None:
-                return True
-            self._left = memoryview(piece).cast("B")
-        return False
 
 
 def decode_any(body: bytes | bytearray | memoryview, chunks: bool, verify: Verify = "chunks") -> Features:

@@ -26,14 +26,21 @@ from client.features import Features
 from client.keys import KeyLike, batch_item
 from schemas.api import BatchItem
 from schemas.featureset import LayerId
-from schemas.manifest import Manifest
+from schemas.manifest import HIDDEN_SCALES, Manifest
 
 Sample = dict[str, Any]
 
 
-def to_sample(features: Features) -> Sample:
-    sample: Sample = {
-        "hidden_states": features.hidden_states,
+def to_sample(features: Features, dequantise: bool = True) -> Sample:
+    """A training sample. An fp8 featureset's hidden states are dequantised to bfloat16 here unless `dequantise` is
+    False: then `hidden_states` is the float8 as stored and `hidden_scales` its scales [T, L] (half the bytes to
+    move; `DeviceFeed` dequantises them on the GPU)."""
+    if not dequantise and HIDDEN_SCALES in features.tensors:
+        hidden, scales = features.fp8
+        sample: Sample = {"hidden_states": hidden, "hidden_scales": scales}
+    else:
+        sample = {"hidden_states": features.hidden_states}
+    sample |= {
         "input_ids": features.input_ids,
         "prompt_hash": features.manifest.prompt_hash,
         "content_hash": features.content_hash,
@@ -81,9 +88,12 @@ class FeatureDataset(Dataset[Sample]):
         layers: Sequence[LayerId] | None = None,
         cache_dir: str | Path | None = None,
         cache_bytes: int = 64 * 1024**3,
+        dequantise: bool = True,
     ) -> None:
+        """`dequantise=False`: fp8 featuresets come as stored (see `to_sample`), for `DeviceFeed` to dequantise."""
         self.keys = [key_of(k) for k in keys]
         self.layers = list(layers) if layers is not None else None
+        self.dequantise = dequantise
         self._clients = _ClientPerProcess(base_url, token, cache_dir, cache_bytes)
 
     def __len__(self) -> int:
@@ -92,7 +102,7 @@ class FeatureDataset(Dataset[Sample]):
     def __getitem__(self, index: int) -> Sample:
         item = self.keys[index]
         client = self._clients.get()
-        return to_sample(retrying(client.fetch, item.key, self.layers or item.layers, item.tokens))
+        return to_sample(retrying(client.fetch, item.key, self.layers or item.layers, item.tokens), self.dequantise)
 
 
 class EntryStream(IterableDataset[Sample]):
@@ -119,7 +129,9 @@ class EntryStream(IterableDataset[Sample]):
         rank: int = 0,
         world_size: int = 1,
         seed: int | None = None,
+        dequantise: bool = True,
     ) -> None:
+        self.dequantise = dequantise
         self.filters = {"backend": backend, "model_revision": model_revision, "featureset": featureset, "since": since}
         self.prefetch = prefetch
         self.rank, self.world_size = rank, world_size
@@ -154,9 +166,9 @@ class EntryStream(IterableDataset[Sample]):
             for key in mine:
                 pending.append(pool.submit(retrying, client.fetch, key.key))
                 if len(pending) >= self.prefetch:
-                    yield to_sample(pending.popleft().result())
+                    yield to_sample(pending.popleft().result(), self.dequantise)
             while pending:
-                yield to_sample(pending.popleft().result())
+                yield to_sample(pending.popleft().result(), self.dequantise)
 
 
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # an outage of the service's object store up to ~15 s costs only time
@@ -173,7 +185,7 @@ def retrying(fetch: Callable[..., Features], *args: Any) -> Features:
     return fetch(*args)
 
 
-_PER_TOKEN = ("loss_mask", "target_ids", "topk_ids", "topk_logprobs", "topk_mass")
+_PER_TOKEN = ("hidden_scales", "loss_mask", "target_ids", "topk_ids", "topk_logprobs", "topk_mass")
 
 
 def _collated_dtype(values: torch.Tensor) -> torch.dtype:
@@ -201,7 +213,8 @@ def _per_token(samples: list[Sample], name: str) -> list[torch.Tensor] | None:
 
 def pad_collate(samples: list[Sample]) -> dict[str, Any]:
     """Right-pad to the longest: hidden_states [B, T, L, H], input_ids/loss_mask/target_ids [B, T], attention_mask,
-    and for a top-k featureset topk_ids/topk_logprobs [B, T, k] and topk_mass [B, T]. Pads are 0 everywhere
+    and for a top-k featureset topk_ids/topk_logprobs [B, T, k] and topk_mass [B, T]; an fp8 featureset read with
+    `dequantise=False` has float8 hidden_states and hidden_scales [B, T, L]. Pads are 0 everywhere
     (loss_mask 0 and attention_mask False on pads); see `_per_token` for the loss_mask of entries without one."""
     lengths = [s["input_ids"].shape[0] for s in samples]
     longest = max(lengths)

@@ -1,16 +1,20 @@
 """The client's one seam to the service: requests over an `httpx.Client` (a socket, or an in-process ASGI app in
-tests), failures turned into the client's own errors, bodies streamed into one buffer."""
+tests), feature bodies over `client.bodies` (read into the caller's buffer), failures turned into the client's own
+errors."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Iterator
+import http.client
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from json import dumps, loads
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from client.bodies import Body, Connections, HttpxBody, read_all
 from client.errors import ConnectionFailed, HsstoreError, IntegrityError, NotHsstoreError, error_for
 from schemas.api import BatchItem
 from schemas.errors import ERROR_HEADER, ErrorCode
@@ -19,8 +23,11 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class Transport:
-    def __init__(self, http: httpx.Client) -> None:
+    """`http` carries every request; `sockets`, when given, carries the streamed bodies (features) instead."""
+
+    def __init__(self, http: httpx.Client, sockets: Connections | None = None) -> None:
         self.http = http
+        self.sockets = sockets
 
     @property
     def url(self) -> str:
@@ -36,6 +43,12 @@ class Transport:
         except httpx.TimeoutException as exc:
             raise ConnectionFailed(f"{method} {self.url}{path} timed out ({type(exc).__name__})", self.url) from None
         except httpx.TransportError as exc:
+            raise ConnectionFailed(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
+        except ConnectionRefusedError as exc:
+            raise ConnectionFailed(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
+        except TimeoutError:
+            raise ConnectionFailed(f"{method} {self.url}{path} timed out", self.url) from None
+        except (OSError, http.client.HTTPException) as exc:
             raise ConnectionFailed(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -56,31 +69,41 @@ class Transport:
             raise self.not_hsstore(response) from None
 
     @contextmanager
-    def open(self, method: str, path: str, **kwargs: Any) -> Iterator[httpx.Response]:
-        """A streamed response whose status is a success (else its error raised, typed); read it inside."""
-        with self.failures(method, path), self.http.stream(method, path, **kwargs) as response:
-            if response.status_code >= 400:
-                response.read()
-                raise self.error(response)
-            yield response
+    def stream(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        json: object = None,
+    ) -> Iterator[Body]:
+        """A response whose status is a success (else its error raised, typed), its body read inside through
+        `Body.readinto`: over a socket of our own when this client made its connection, else through httpx."""
+        if self.sockets is None:
+            with (
+                self.failures(method, path),
+                self.http.stream(method, path, params=params, headers=headers, json=json) as response,
+            ):
+                body: Body = HttpxBody(response)
+                if body.status >= 400:
+                    raise self.error_of(body, method, path)
+                yield body
+            return
+        query = f"?{urlencode(params, doseq=True)}" if params else ""
+        sent = {**(headers or {})}
+        content = None
+        if json is not None:
+            content, sent["content-type"] = dumps(json).encode(), "application/json"
+        with self.failures(method, path), self.sockets.open(method, f"{self.url}{path}{query}", sent, content) as body:
+            if body.status >= 400:
+                raise self.error_of(body, method, path)
+            yield body
 
-    def receive(self, method: str, path: str, **kwargs: Any) -> bytearray | bytes:
-        """The body, streamed into one buffer sized by Content-Length (no list of chunks joined afterwards)."""
-        with self.open(method, path, **kwargs) as response:
-            return self.body(response)
-
-    def body(self, response: httpx.Response) -> bytearray | bytes:
-        length = content_length(response)
-        if length is None:  # grown as it arrives: httpx's read() joins a list of pieces, measured 10x the CPU
-            grown = bytearray()
-            for chunk in response.iter_raw():
-                grown += chunk
-            return grown
-        body = bytearray(length)
-        filled = fill(memoryview(body), response.iter_raw())
-        if filled != len(body):
-            raise IntegrityError(f"received {filled} of {len(body)} bytes")
-        return body
+    def error_of(self, body: Body, method: str, path: str) -> HsstoreError:
+        response = httpx.Response(body.status, headers=body.headers, content=bytes(read_all(body)))
+        response.request = httpx.Request(method, f"{self.url}{path}")
+        return self.error(response)
 
     def exists(self, path: str, params: dict[str, str]) -> bool:
         """HEAD: True if the service has it, False on its 404 `not_found`; any other error raised, typed."""
@@ -111,37 +134,17 @@ class Transport:
         )
 
 
-def fill(view: memoryview, pieces: Iterable[bytes], on_piece: Callable[[int], None] | None = None) -> int:
-    """Copy `pieces` one after another into `view` from its start; how many bytes came. IntegrityError if they run
-    past its end; `on_piece(filled)` after each (what lets a decoder start on what has arrived)."""
-    filled = 0
-    for piece in pieces:
-        end = filled + memoryview(piece).nbytes
-        if end > view.nbytes:
-            raise IntegrityError(f"the body runs past its {view.nbytes} bytes")
-        view[filled:end] = piece
-        filled = end
-        if on_piece is not None:
-            on_piece(filled)
-    return filled
-
-
-def content_length(response: httpx.Response) -> int | None:
-    length = response.headers.get("content-length")
-    return int(length) if length is not None and length.isdigit() else None
-
-
 def batch_error(index: int, item: BatchItem, body: memoryview) -> HsstoreError:
     """The error a batch frame carries, naming the key it was for."""
     try:
-        detail = json.loads(bytes(body))["error"]
+        detail = loads(bytes(body))["error"]
         code, message = detail["code"], str(detail["message"])
     except (ValueError, KeyError, TypeError):
         return IntegrityError(f"keys[{index}]: a malformed error frame")
     return error_for(None, code, f"keys[{index}] (prompt_hash {item.prompt_hash[:12]}…): {message}")
 
 
-def _reason(exc: httpx.TransportError) -> str:
+def _reason(exc: BaseException) -> str:
     """The innermost cause in a few words ('[Errno 111] Connection refused'), not httpx's whole chain."""
     cause: BaseException = exc
     while cause.__cause__ is not None or cause.__context__ is not None:

@@ -8,6 +8,7 @@ Commands that only talk to a service import neither torch nor the service: they 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -59,12 +60,21 @@ def serve(
     data_dir: Annotated[Path | None, typer.Option(help="store directory (overrides settings)")] = None,
     host: Annotated[str | None, typer.Option()] = None,
     port: Annotated[int | None, typer.Option()] = None,
+    processes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="HTTP processes serving the store (a service without a model only: a read replica for training "
+            "nodes, beside the one that owns the GPU)",
+        ),
+    ] = 1,
 ) -> None:
     """Run the service: load the model (now, or when a window opens) and serve the store. Logs every request."""
     import uvicorn
 
+    from hsstore.cli_errors import CliError
     from service.main import create_app
-    from service.settings import Settings
+    from service.settings import CONFIG_ENV, Settings
 
     overrides = {
         k: v
@@ -72,9 +82,29 @@ def serve(
         if v is not None
     }
     settings = Settings.load(config, **overrides)
+    if processes > 1 and settings.model_dir is not None:
+        raise CliError(
+            f"--processes {processes}: only a service without a model runs as several processes (each would load it)",
+            "serve reads from a replica beside this one: hsstore serve --data-dir D --port P --processes N",
+        )
     _check_port_free(settings.host, settings.port)  # before the model loads and "listening" is printed
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=True)
+    if processes == 1:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=True)
+        return
+    # each process builds its own app from the same settings: the command line's reach it through the environment
+    os.environ.update({f"HSSTORE_{k.upper()}": str(v) for k, v in overrides.items()})
+    if config is not None:
+        os.environ[CONFIG_ENV] = str(config)
+    uvicorn.run(
+        "service.main:create_app",
+        factory=True,
+        workers=processes,
+        host=settings.host,
+        port=settings.port,
+        log_level="info",
+        access_log=False,  # N processes' request lines interleaved say less than the metrics do
+    )
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -133,9 +133,10 @@ def free_port() -> int:
 class ServerProcess:
     """`hsstore serve` in its own process, for tests that kill it."""
 
-    def __init__(self, env: dict[str, str], port: int, module: str = "hsstore.cli") -> None:
+    def __init__(self, env: dict[str, str], port: int, module: str = "hsstore.cli", args: Sequence[str] = ()) -> None:
         self.env = {**os.environ, **env, "HSSTORE_PORT": str(port), "HSSTORE_HOST": "127.0.0.1"}
         self.module = module  # tests.slow_writes: the same server with slow blob writes
+        self.args = list(args)
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
         # a file, not a pipe: a chatty server never blocks on a full pipe; closed when the object goes
@@ -148,7 +149,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 90) -> ServerProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "serve"],
+            [sys.executable, "-m", self.module, "serve", *self.args],
             env=self.env,
             cwd=REPO,
             stdout=self._log,
@@ -182,13 +183,13 @@ class ServerProcess:
 
 @pytest.fixture
 def server_process() -> Iterator[Callable[..., ServerProcess]]:
-    """`server_process(env, write_pause_s=0)`: an `hsstore serve` process, stopped after the test."""
+    """`server_process(env, write_pause_s=0, args=())`: an `hsstore serve` process, stopped after the test."""
     started: list[ServerProcess] = []
 
-    def make(env: dict[str, str], write_pause_s: float = 0.0) -> ServerProcess:
+    def make(env: dict[str, str], write_pause_s: float = 0.0, args: Sequence[str] = ()) -> ServerProcess:
         if write_pause_s:
             env = {**env, PAUSE_ENV: str(write_pause_s)}
-        process = ServerProcess(env, free_port(), "tests.slow_writes" if write_pause_s else "hsstore.cli")
+        process = ServerProcess(env, free_port(), "tests.slow_writes" if write_pause_s else "hsstore.cli", args)
         started.append(process)
         return process
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import httpx
 import pytest
 import torch
@@ -7,7 +9,9 @@ import torch
 import client as client_package
 import hsstore
 from client import FeatureClient, IntegrityError, InvalidRequestError, NotFoundError
+from client.client import WireFormat
 from schemas.featureset import FeatureSet
+from tests.flipping_proxy import FlippingProxy
 
 
 @pytest.mark.parametrize("package", [client_package, hsstore])
@@ -62,6 +66,23 @@ def test_corruption_in_transit_raises_integrity_error(client: FeatureClient, liv
         pytest.raises(IntegrityError),
     ):
         bad.get(sample, layers=[1, 3] if sliced else None)
+
+
+@pytest.mark.parametrize("where", [lambda n: 3, lambda n: n // 2, lambda n: n - 5], ids=["head", "middle", "end"])
+@pytest.mark.parametrize("wire_format", ["chunks", "safetensors"])
+def test_corruption_on_the_clients_own_socket_is_refused(
+    client: FeatureClient, live_url: str, where: Callable[[int], int], wire_format: WireFormat
+) -> None:
+    """The client reads feature bodies over its own sockets (not httpx): a flipped bit there is refused too."""
+    sample = {"text": "def quick_sort(items): pass"}
+    client.extract([sample])
+    host, port = live_url.removeprefix("http://").split(":")
+    proxy = FlippingProxy((host, int(port)), where)
+    try:
+        with FeatureClient(proxy.url, wire_format=wire_format) as bad, pytest.raises(IntegrityError):
+            bad.get(sample)
+    finally:
+        proxy.close()
 
 
 def test_typed_errors(client: FeatureClient) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -20,6 +23,8 @@ from client import (
     pack_collate,
     pad_collate,
 )
+from client.cache import CHUNKS, SAFETENSORS
+from client.client import WireFormat
 from schemas import chunk_wire
 
 
@@ -99,9 +104,13 @@ def test_cache_second_epoch_makes_no_request(live_url: str, http: httpx.Client, 
     assert feature_requests(http) == after_first
 
 
-def test_cache_is_bounded_lru_and_drops_damaged_files(client: FeatureClient, stored: list, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("wire_format", "suffix"), [("chunks", CHUNKS), ("safetensors", SAFETENSORS)])
+def test_cache_is_bounded_lru_and_drops_damaged_files(
+    client: FeatureClient, stored: list, tmp_path: Path, wire_format: WireFormat, suffix: str
+) -> None:
+    """The cache keeps each body as it came (the stored chunks, or safetensors), and refuses a damaged one."""
     cache = FeatureCache(tmp_path / "c", max_bytes=10**9)
-    with FeatureClient(str(client._http.base_url), cache=cache) as cached:
+    with FeatureClient(str(client._http.base_url), cache=cache, wire_format=wire_format) as cached:
         for m in stored[:3]:
             cached.get(prompt_hash=m.prompt_hash)
         sizes = sorted(p.stat().st_size for p in cache._files())
@@ -110,11 +119,17 @@ def test_cache_is_bounded_lru_and_drops_damaged_files(client: FeatureClient, sto
         cached.get(prompt_hash=stored[3].prompt_hash)  # forces an eviction
         assert cache.size() <= cache.max_bytes
         assert cache.get(stored[1].content_hash) is None and cache.get(stored[0].content_hash) is not None
-        victim = cache._path(stored[0].content_hash)
-        damaged = bytearray(victim.read_bytes())
-        damaged[-3] ^= 1
-        victim.write_bytes(damaged)
-        assert cache.get(stored[0].content_hash) is None and not victim.exists()
+        assert {p.suffix for p in cache._files()} == {suffix}
+        victim = cache._path(stored[0].content_hash, suffix)
+        expected = client.get(prompt_hash=stored[0].prompt_hash).hidden_states
+        assert torch.equal(cache.get(stored[0].content_hash).hidden_states, expected)
+        intact = victim.read_bytes()
+        # a chunk body: its header (crc32c), a chunk, the last chunk's crc32c; safetensors: its tensors (the sha256)
+        for position in (40 if suffix == CHUNKS else -1000, len(intact) // 2, len(intact) - 3):
+            damaged = bytearray(intact)
+            damaged[position] ^= 1
+            victim.write_bytes(damaged)
+            assert cache.get(stored[0].content_hash) is None and not victim.exists()
 
 
 def test_dataloader_two_workers_reads_every_entry_once(live_url: str, stored: list, tmp_path: Path) -> None:
@@ -199,3 +214,24 @@ def test_a_batch_mixing_entries_with_and_without_target_ids_is_refused() -> None
         pad_collate([_sample(3, with_targets=True), _sample(2)])
     with pytest.raises(ValueError, match="target_ids"):
         pack_collate([_sample(3), _sample(2, with_targets=True)])
+
+
+def test_a_read_replica_of_several_processes_serves_the_store(
+    client: FeatureClient, stored: list, settings, server_process, tiny_model_dir: Path
+) -> None:
+    """`serve --processes 2` without a model: two uvicorn processes over one store, the same verified bits."""
+    env = {"HSSTORE_DATA_DIR": str(settings.data_dir)}
+    replica = server_process(env, args=["--processes", "2"]).start()
+    keys = [m.feature_key() for m in stored]
+    with FeatureClient(replica.url, max_connections=4) as reader:
+        for got, want in zip(reader.get_many(keys), client.get_many(keys), strict=True):
+            assert got.content_hash == want.content_hash and torch.equal(got.hidden_states, want.hidden_states)
+    assert len(set(re.findall(r"Started server process \[(\d+)\]", replica.output()))) == 2
+    refused = subprocess.run(
+        [sys.executable, "-m", "hsstore.cli", "serve", "--processes", "2", "--model-dir", str(tiny_model_dir)],
+        env={**os.environ, **env, "HSSTORE_PORT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode != 0 and "only a service without a model" in refused.stdout + refused.stderr

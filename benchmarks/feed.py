@@ -1,0 +1,367 @@
+"""Does a training node get its features at its speed? The same entries ([T, 5, H] bf16, a 27B target's 5 DFlash
+layers), delivered as collated batches (`pad_collate`) into a consumer loop, by each source in turn:
+
+  anchor   the entries exported with `hsstore export --format specforge`, read back with torch.load(mmap=True) +
+           pad_collate: what a SpecForge user has (no decode, no verification)
+  cache    the client's disk cache, every chunk verified against its write-time digest
+  service  `hsstore serve --processes P` over loopback (a model-less read replica), verified
+  direct   chunks read straight from an S3-API server (moto here, which bounds it: its own raw ranged-GET rate is
+           reported beside it), verified
+  gpu      the service's batches landed in device memory by `DeviceFeed`, behind a synthetic 100 ms step (CUDA only)
+
+Every variant runs in a process of its own restricted to `n` cores (its CPU affinity; the decode pool sizes itself
+from it), with `n` threads each assembling whole batches, `n` batches ahead; the service's processes run on other
+cores where the machine has them. Rounds interleave the variants and core counts; the best round counts. Per
+variant and core count: GB/s and tokens/s delivered, client CPU-s/GB, the share of the loop spent waiting, and the
+ratio to the anchor at the same core count. The last line is the JSON record.
+
+    python benchmarks/feed.py --quick                                   # a few minutes on 2 cores
+    python benchmarks/feed.py --out benchmarks/results/feed-cpu.json
+    python benchmarks/feed.py --cores 1,2,4,8,12 --out benchmarks/results/feed-h200host.json   # on the GPU host
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+GB = 1e9
+ROOT = Path(__file__).resolve().parents[1]
+CPU_VARIANTS = ("anchor", "cache", "service", "direct")
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
+
+
+# -- one measurement, in a process of its own ------------------------------------------------------------------
+def measure(spec: dict) -> dict:
+    """Deliver every batch of `spec` once from `spec["variant"]` on `spec["cores"]` cores; the figures."""
+    import torch
+
+    from client import DeviceFeed, FeatureClient, pad_collate
+
+    cores = sorted(os.sched_getaffinity(0))[: spec["cores"]]
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(len(cores))
+    n, variant = len(cores), spec["variant"]
+    keys = [FeatureKeyJson(k) for k in spec["keys"]]
+    batch = spec["batch"]
+    batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
+
+    if variant == "anchor":
+
+        def sample(key: FeatureKeyJson) -> dict:
+            record = torch.load(spec["files"][key.content_hash], mmap=True, weights_only=True)
+            ids = record["input_ids"]
+            hidden = record["hidden_states"].view(ids.shape[0], spec["layers"], -1)
+            return {"hidden_states": hidden, "input_ids": ids, "content_hash": key.content_hash}
+
+    else:
+        from client.torch_data import to_sample
+
+        url = spec["direct_url"] if variant == "direct" else spec["url"]
+        client = FeatureClient(
+            url,
+            max_connections=max(n, 4),
+            cache=spec["cache_dir"] if variant == "cache" else None,
+            direct_reads=variant == "direct",
+        )
+
+        def sample(key: FeatureKeyJson) -> dict:
+            return to_sample(client.fetch(key.key()))
+
+    def assemble(keys_of_batch: list[FeatureKeyJson]) -> dict:
+        return pad_collate([sample(k) for k in keys_of_batch])
+
+    def delivered() -> Iterator[dict]:
+        with ThreadPoolExecutor(n) as pool:
+            ahead: deque[Future[dict]] = deque()
+            for keys_of_batch in batches:
+                ahead.append(pool.submit(assemble, keys_of_batch))
+                if len(ahead) >= n:
+                    yield ahead.popleft().result()
+            while ahead:
+                yield ahead.popleft().result()
+
+    step: Callable[[], None] = lambda: None  # noqa: E731 - the loop's own work: none, unless on a GPU
+    source: Iterator[dict] = delivered()
+    if variant == "gpu":
+        source = iter(DeviceFeed(delivered(), "cuda", depth=2))
+        cycles = _cycles_per_ms() * spec["step_ms"]
+
+        def step() -> None:
+            torch.cuda._sleep(int(cycles))
+            torch.cuda.current_stream().synchronize()
+
+    payload, tokens, waited = 0, 0, 0.0
+    cpu, start = time.process_time(), time.perf_counter()
+    for keys_of_batch in batches:
+        asked = time.perf_counter()
+        got = next(source)
+        waited += time.perf_counter() - asked
+        hidden = got["hidden_states"]
+        if got["content_hash"] != [k.content_hash for k in keys_of_batch]:
+            raise SystemExit(f"{variant}: a batch of other entries than asked for")
+        payload += sum(int(length) * (hidden[0, 0].numel() * 2 + 8) for length in got["lengths"])
+        tokens += int(got["lengths"].sum())
+        step()
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {
+        "gbs": payload / GB / elapsed,
+        "tok_s": tokens / elapsed,
+        "cpu_s_per_gb": cpu / (payload / GB),
+        "wait_share": waited / elapsed,
+        "mean_wait_ms": waited / len(batches) * 1000,
+    }
+
+
+class FeatureKeyJson:
+    def __init__(self, raw: dict) -> None:
+        self.raw, self.content_hash = raw, raw["content_hash"]
+
+    def key(self):
+        from schemas.keys import FeatureKey
+
+        return FeatureKey(**self.raw)
+
+
+def _cycles_per_ms() -> float:
+    import torch
+
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)
+    begin.record()
+    torch.cuda._sleep(100_000_000)
+    end.record()
+    end.synchronize()
+    return 100_000_000 / begin.elapsed_time(end)
+
+
+# -- the set-up, the rounds and the record -----------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--measure", help=argparse.SUPPRESS)  # a JSON spec: run one measurement, print its figures
+    parser.add_argument("--quick", action="store_true", help="12 entries (4 direct), cores 1,2, one round")
+    parser.add_argument("--entries", type=int, default=48)
+    parser.add_argument("--direct-entries", type=int, default=12, help="fewer: moto holds them in memory, slowly")
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--hidden", type=int, default=5120)
+    parser.add_argument("--batch", type=int, default=4, help="entries per batch")
+    parser.add_argument("--cores", default="1,2,4,8,12")
+    parser.add_argument("--server-processes", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--step-ms", type=float, default=100.0, help="the synthetic step of the gpu variant")
+    parser.add_argument("--gpu-batch", type=int, default=8, help="entries per batch of the gpu variant")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(json.loads(args.measure))))
+        return
+    if args.quick:
+        args.entries, args.direct_entries, args.cores, args.rounds = 12, 4, "1,2", 1
+    import torch
+
+    from benchmarks.serve import free_port, populate, wait_ready
+    from client import FeatureClient
+    from service.main import build_services
+    from service.settings import Settings
+
+    available = sorted(os.sched_getaffinity(0))
+    counts = [n for n in map(int, args.cores.split(",")) if n <= len(available)]
+    # the service's processes on the cores the client does not use, where there are enough of them
+    spare = available[max(counts) :] if len(available) - max(counts) >= 2 else available
+    work = Path(tempfile.mkdtemp(prefix="hsstore-feed-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    processes: list[subprocess.Popen] = []
+    try:
+        root = work / "store"
+        services = build_services(Settings(data_dir=root))
+        manifests, _, _ = populate(services.writer, args.entries, args.tokens, args.hidden)
+        services.close()
+        url = _serve(root, {}, args.server_processes, spare, processes, free_port, wait_ready)
+        anchor = work / "anchor"
+        subprocess.run(
+            [sys.executable, "-m", "hsstore.cli", "export", str(anchor), "--format", "specforge", "--url", url],
+            check=True,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+        )
+        index = json.loads((anchor / "hsstore_export.json").read_text())
+        files = {e["content_hash"]: str(anchor / e["file"]) for e in index["entries"]}
+        with FeatureClient(url, cache=work / "cache") as warm:  # fills the cache: epoch 2 onwards reads it
+            warm.get_many([m.feature_key() for m in manifests])
+
+        has_moto = all(importlib.util.find_spec(m) is not None for m in ("moto", "boto3"))
+        direct_url, moto_raw = _direct(work, args, spare, processes, free_port, wait_ready) if has_moto else ("", 0.0)
+        keys = [m.feature_key().model_dump(exclude_none=True) for m in manifests]
+        spec = {
+            "keys": keys,
+            "files": files,
+            "url": url,
+            "direct_url": direct_url,
+            "cache_dir": str(work / "cache"),
+            "batch": args.batch,
+            "layers": 5,
+            "step_ms": args.step_ms,
+        }
+        variants = [v for v in CPU_VARIANTS if v != "direct" or has_moto] + (
+            ["gpu"] if torch.cuda.is_available() else []
+        )
+        best: dict[str, dict[int, dict]] = {v: {} for v in variants}
+        for _ in range(args.rounds):
+            for n in counts:
+                for variant in variants:
+                    entries, batch = keys, args.batch
+                    if variant == "direct":
+                        entries = keys[: args.direct_entries]
+                    if variant == "gpu":  # two epochs of bigger batches: 100 ms steps would bound 4 entries per step
+                        entries, batch = keys * 2, args.gpu_batch
+                    figures = _run({**spec, "variant": variant, "cores": n, "keys": entries, "batch": batch})
+                    if n not in best[variant] or figures["gbs"] > best[variant][n]["gbs"]:
+                        best[variant][n] = figures
+                    print(f"{variant:<8} {n:>2} cores {figures['gbs']:6.2f} GB/s", file=sys.stderr)
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
+        shutil.rmtree(work, ignore_errors=True)
+    record = _record(args, best, counts, moto_raw, len(available))
+    _print(record)
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=2))
+    print(json.dumps(record))
+
+
+def _serve(root: Path, env: dict, count: int, cores: list[int], processes: list, free_port, wait_ready) -> str:
+    port = free_port()
+    environment = {**os.environ, **env, "HSSTORE_DATA_DIR": str(root), "HSSTORE_PORT": str(port)}
+    environment["HSSTORE_HOST"] = "127.0.0.1"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "hsstore.cli", "serve", "--processes", str(count)],
+        env=environment,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+    )
+    processes.append(server)
+    url = f"http://127.0.0.1:{port}"
+    wait_ready(f"{url}/readyz")
+    return url
+
+
+def _direct(work: Path, args, cores: list[int], processes: list, free_port, wait_ready) -> tuple[str, float]:
+    """A store in moto's bucket, a service over it handing out presigned URLs, and moto's own ranged-GET rate."""
+    import boto3
+
+    from benchmarks.serve import populate
+    from service.main import build_services
+    from service.settings import Settings
+
+    s3_port = free_port()
+    endpoint = f"http://127.0.0.1:{s3_port}"
+    moto = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: os.sched_setaffinity(0, cores),
+    )
+    processes.append(moto)
+    wait_ready(endpoint)
+    os.environ.update(S3_KEYS)
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket="hsstore-feed")
+    env = {"HSSTORE_STORE_URL": "s3://hsstore-feed/features", "HSSTORE_S3_ENDPOINT": endpoint}
+    root = work / "direct"
+    services = build_services(Settings(data_dir=root, store_url=env["HSSTORE_STORE_URL"], s3_endpoint=endpoint))
+    populate(services.writer, args.direct_entries, args.tokens, args.hidden)
+    services.close()
+    url = _serve(root, env, 1, cores, processes, free_port, wait_ready)
+    objects = [
+        o for page in s3.get_paginator("list_objects_v2").paginate(Bucket="hsstore-feed") for o in page["Contents"]
+    ]
+    biggest = max(objects, key=lambda o: o["Size"])
+    size, start = 0, time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:  # moto's own rate: 8 ranged GETs of 8 MiB at a time, raw bytes, no checks
+        ranges = [(a, min(a + (8 << 20), biggest["Size"]) - 1) for a in range(0, biggest["Size"], 8 << 20)] * 2
+        got = pool.map(
+            lambda r: len(
+                s3.get_object(Bucket="hsstore-feed", Key=biggest["Key"], Range=f"bytes={r[0]}-{r[1]}")["Body"].read()
+            ),
+            ranges,
+        )
+        size = sum(got)
+    return url, size / GB / (time.perf_counter() - start)
+
+
+def _run(spec: dict) -> dict:
+    done = subprocess.run(
+        [sys.executable, __file__, "--measure", json.dumps(spec)], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{spec['variant']} on {spec['cores']} cores failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _record(args, best: dict[str, dict[int, dict]], counts: list[int], moto_raw: float, cpus: int) -> dict:
+    import platform
+
+    import torch
+
+    from benchmarks.records import record_header
+
+    anchor = best["anchor"]
+    variants = {}
+    for name, per_count in best.items():
+        top = max(per_count, key=lambda n: per_count[n]["gbs"])
+        figures = dict(per_count[top])
+        figures["cores"] = top
+        figures["over_anchor"] = figures["gbs"] / max(a["gbs"] for a in anchor.values())
+        if name == "direct":
+            figures["object_store_raw_gbs"] = moto_raw
+            figures["over_object_store"] = figures["gbs"] / moto_raw
+        first = per_count[min(per_count)]["gbs"] / min(per_count)
+        variants[name] = {
+            **figures,
+            "scaling": {str(n): per_count[n]["gbs"] for n in sorted(per_count)},
+            "scaling_over_linear": {str(n): per_count[n]["gbs"] / (first * n) for n in sorted(per_count)},
+            "over_anchor_per_cores": {str(n): per_count[n]["gbs"] / anchor[n]["gbs"] for n in sorted(per_count)},
+        }
+    return {
+        **record_header(),
+        "machine": {"cpus": cpus, "platform": platform.platform(), "cuda": torch.cuda.is_available()},
+        "entries": args.entries,
+        "direct_entries": args.direct_entries,
+        "shape": [args.tokens, 5, args.hidden],
+        "batch": args.batch,
+        "gpu_batch": args.gpu_batch,
+        "step_ms": args.step_ms,
+        "server_processes": args.server_processes,
+        "rounds": args.rounds,
+        "object_store": "moto server (Python) on 127.0.0.1" if moto_raw else "none: moto is not installed here",
+        "variants": variants,
+    }
+
+
+def _print(record: dict) -> None:
+    print(f"{'variant':<8}{'best GB/s':>10}{'cores':>6}{'tok/s':>10}{'CPU-s/GB':>9}{'wait':>6}{'x anchor':>9}  scaling")
+    for name, v in record["variants"].items():
+        scaling = " ".join(f"{n}:{g:.2f}" for n, g in v["scaling"].items())
+        print(
+            f"{name:<8}{v['gbs']:>10.2f}{v['cores']:>6}{v['tok_s']:>10,.0f}{v['cpu_s_per_gb']:>9.2f}"
+            f"{v['wait_share']:>6.0%}{v['over_anchor']:>9.2f}  {scaling}"
+        )
+
+
+if __name__ == "__main__":
+    main()

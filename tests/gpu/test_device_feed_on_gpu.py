@@ -1,0 +1,43 @@
+"""`DeviceFeed` on CUDA: big batches from a loader that reuses its buffers (plain and pinned), a step slower than
+the copies, every batch landed with the bits it was made with; fp8 dequantised on the GPU equals the CPU's bits.
+Run on the device: python -m pytest -m gpu tests/gpu"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from client import DeviceFeed
+from schemas.fp8 import dequantise, quantise
+from tests.client.test_device_feed import Reused
+from tests.gpu.marks import needs_gpu_with
+
+pytestmark = needs_gpu_with()
+
+
+def big_batches(count: int) -> list[dict]:
+    generator = torch.Generator().manual_seed(1)
+    return [
+        {"hidden_states": torch.randn((4, 2048, 5, 512), generator=generator).to(torch.bfloat16), "step": i}
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("pinned", [False, True], ids=["plain", "pinned"])
+@pytest.mark.parametrize("depth", [1, 3])
+def test_batches_land_intact_behind_a_slow_step(pinned: bool, depth: int) -> None:
+    """Plain buffers are staged into the feed's own pinned ones; pinned buffers the loader reuses are copied from
+    in place, and the loader is not asked for more until that copy ended."""
+    source = big_batches(6)
+    for batch in DeviceFeed(Reused(source, pinned), "cuda", depth=depth):
+        torch.cuda._sleep(20_000_000)  # a step that outlasts the next copies
+        want = source[batch["step"]]["hidden_states"]
+        assert batch["hidden_states"].is_cuda
+        assert torch.equal(batch["hidden_states"].cpu(), want)
+
+
+def test_fp8_dequantised_on_the_gpu_has_the_cpu_bits() -> None:
+    hidden = torch.randn((2, 300, 5, 512)).to(torch.bfloat16) * 7
+    values, scales = quantise(hidden)
+    landed = next(iter(DeviceFeed([{"hidden_states": values, "hidden_scales": scales}], "cuda")))
+    assert torch.equal(landed["hidden_states"].cpu(), dequantise(values, scales))
