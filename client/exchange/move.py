@@ -8,7 +8,7 @@ import json
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import torch
@@ -149,7 +149,7 @@ def export(
         backend=backend,
         featureset=featureset,
         featureset_id=featureset.id,
-        hsstore_version=version("hsstore"),
+        hsstore_version=_own_version(),
         entries=entries,
     )
     atomic_write(out_dir / EXPORT_INDEX, index_doc.model_dump_json(indent=1).encode())  # last: the export is whole
@@ -284,3 +284,11 @@ def _sample_of(ids: torch.Tensor, mask: torch.Tensor | None) -> tuple[dict, int,
         sample = {"token_ids": as_list[:start], "completion": {"token_ids": as_list[start:]}}
         return sample, start, mask
     return {"token_ids": as_list}, len(as_list), mask
+
+
+def _own_version() -> str:
+    """The installed hsstore's version; a source checkout run without installing it has none to name."""
+    try:
+        return version("hsstore")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
