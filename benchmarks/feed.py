@@ -53,7 +53,7 @@ def measure(spec: dict) -> dict:
 
     cores = sorted(os.sched_getaffinity(0))[: spec["cores"]]
     os.sched_setaffinity(0, cores)
-    torch.set_num_threads(len(cores))
+    torch.set_num_threads(1)  # the n threads assembling batches are the parallelism; n intra-op threads each would spin
     n, variant = len(cores), spec["variant"]
     keys = [FeatureKeyJson(k) for k in spec["keys"]]
     batch = spec["batch"]

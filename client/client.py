@@ -167,7 +167,7 @@ class FeatureClient:
         with self._transport.stream("GET", path, params=params, headers=self._accept) as body:
             length = content_length(body)
             if _is_chunks(body) and length is not None:
-                return receive_chunks(body, length, self._buffers, self.verify, self._keep)
+                return self._kept(receive_chunks(body, length, self._buffers, self.verify))
             return self._kept(decode_any(read_all(body), _is_chunks(body), self.verify))
 
     def get_many(self, keys: Sequence[KeyLike]) -> list[Features]:
@@ -205,13 +205,11 @@ class FeatureClient:
         try:
             with self._transport.failures("GET", "(object store)"):
                 read = list(
-                    self._pool.map(
-                        lambda e: read_direct(e, self._objects, fetches, self.verify, self._keep), located.entries
-                    )
+                    self._pool.map(lambda e: read_direct(e, self._objects, fetches, self.verify), located.entries)
                 )
         finally:
             fetches.shutdown(wait=False)
-        return read
+        return [self._kept(features) for features in read]
 
     def get_batch(self, keys: Sequence[KeyLike]) -> list[Features]:
         """Several entries in one request through `POST /v1/features:batch`; each body verified."""
@@ -228,7 +226,7 @@ class FeatureClient:
                     if kind == wire.ERROR:
                         raise batch_error(index, item, memoryview(read_exactly(frame, length)))
                     if kind == wire.CHUNKS:
-                        features = receive_chunks(frame, length, self._buffers, self.verify, self._keep)
+                        features = self._kept(receive_chunks(frame, length, self._buffers, self.verify))
                     elif kind == wire.FEATURES:
                         features = self._kept(decode_verified(read_exactly(frame, length)))
                     else:
@@ -241,15 +239,9 @@ class FeatureClient:
         return received
 
     def _kept(self, features: Features) -> Features:
-        """A verified entry that came as safetensors, kept in the cache."""
         if self.cache is not None:
             self.cache.put(features)
         return features
-
-    def _keep(self, features: Features, body: Sequence[bytes | memoryview]) -> None:
-        """A verified full entry's chunk body, kept in the cache as it came."""
-        if self.cache is not None:
-            self.cache.put_chunks(features, body)
 
     def exists(
         self,

@@ -5,14 +5,12 @@ manifest. The service spends nothing per byte; the object store serves them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from client.bodies import Connections, at_end, fill, read_all
 from client.errors import IntegrityError
 from client.features import Features
 from client.receive import ChunkDecoder, Verify
-from schemas import chunk_wire
 from schemas.chunk_wire import DirectEntry
 from schemas.manifest import Manifest
 from schemas.wire import WireFormatError
@@ -34,15 +32,8 @@ def _runs(entry: DirectEntry) -> list[tuple[str, int, int, int]]:
     return [tuple(run) for run in runs]  # type: ignore[misc]
 
 
-def read_direct(
-    entry: DirectEntry,
-    objects: Connections,
-    pool: ThreadPoolExecutor,
-    verify: Verify,
-    keep: Callable[[Features, list[bytes | memoryview]], None] | None = None,
-) -> Features:
-    """One entry from the object store, verified; `keep` as `receive_chunks` takes it (the body kept is the header
-    the service sent and the chunks read here)."""
+def read_direct(entry: DirectEntry, objects: Connections, pool: ThreadPoolExecutor, verify: Verify) -> Features:
+    """One entry from the object store, verified."""
     header = entry.header
     try:
         manifest = Manifest.model_validate_json(header.manifest)
@@ -68,9 +59,6 @@ def read_direct(
     list(pool.map(fetch, _runs(entry)))
     decoder = ChunkDecoder.of_data(header, manifest, view, verify)
     try:
-        features = decoder.finish(header.data_bytes)
+        return decoder.finish(header.data_bytes)
     finally:
         decoder.wait()
-    if keep is not None and features.full:
-        keep(features, [chunk_wire.encode_header(header), view])
-    return features

@@ -3,6 +3,7 @@ their manifest."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,9 +83,12 @@ class Features:
         return wire.covers_whole(list(m.featureset.layers), m.num_tokens, self.layers, self.tokens)
 
 
-def decode_verified(body: bytes | bytearray | memoryview) -> Features:
+def decode_verified(
+    body: bytes | bytearray | memoryview, by_chunks: Callable[[Features], bool] | None = None
+) -> Features:
     """Parse a features body and check its hash: the entry's content hash for a full read, else the served hash
-    the service computed over the slice it read (whose chunks it checked against their crc32c)."""
+    the service computed over the slice it read (whose chunks it checked against their crc32c). `by_chunks` may
+    check a full entry against its write-time chunk digests instead (True when it did)."""
     try:
         decoded = wire.decode(body)
         manifest = Manifest.model_validate_json(decoded.metadata["manifest"])
@@ -92,6 +96,8 @@ def decode_verified(body: bytes | bytearray | memoryview) -> Features:
     except (wire.WireFormatError, KeyError, ValueError) as exc:
         raise IntegrityError(f"malformed features body: {exc}") from None
     features = Features(manifest, decoded.tensors, served.layers, served.tokens)
+    if by_chunks is not None and features.full and by_chunks(features):
+        return features
     actual = content_hash(decoded.tensors.values())
     expected = manifest.content_hash if features.full else served.content_hash
     if actual != expected:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from math import prod
 from typing import Literal
@@ -24,7 +23,7 @@ from client.bodies import Body, fill
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from schemas import chunk_wire
-from schemas.chunks import ChunkDigests, as_positions, crc_ok, grid, touched, unflatten
+from schemas.chunks import ChunkDigests, as_positions, crc_ok, entry_digest, grid, touched, unflatten
 from schemas.content_hash import content_hash
 from schemas.manifest import Manifest
 from schemas.tensors import DTYPES, RawTensor
@@ -197,26 +196,55 @@ def decode_chunks(body: bytes | bytearray | memoryview, verify: Verify = "chunks
     return ChunkDecoder(view, verify).finish(view.nbytes)
 
 
-def receive_chunks(
-    body: Body,
-    length: int,
-    pool: BufferPool,
-    verify: Verify = "chunks",
-    keep: Callable[[Features, list[memoryview]], None] | None = None,
-) -> Features:
-    """Receive a chunk body of `length` bytes from `body`, decoding it as it arrives. `keep(features, body)` is
-    handed the received bytes of a full entry once they verified (the disk cache keeps them as they came)."""
+def receive_chunks(body: Body, length: int, pool: BufferPool, verify: Verify = "chunks") -> Features:
+    """Receive a chunk body of `length` bytes from `body`, decoding it as it arrives."""
     buffer = pool.take(length)
     view = memoryview(buffer)[:length]
     decoder = ChunkDecoder(view, verify)
     try:
-        features = decoder.finish(fill(view, body, decoder.feed))
-        if keep is not None and features.full:
-            keep(features, [view])
-        return features
+        return decoder.finish(fill(view, body, decoder.feed))
     finally:
         decoder.wait()
         pool.give(buffer)
+
+
+def verify_decoded(features: Features) -> bool:
+    """Check a full entry's decoded tensors against the chunk digests recorded when it was written, chunk by chunk
+    on the decode pool (each block copied into a per-thread scratch, edge blocks zero-padded, and hashed): what lets
+    a decoded copy be trusted at the speed of the cores, where its sha256 content hash runs on one. False when the
+    entry has no chunk digests (older entries: check the content hash instead)."""
+    manifest = features.manifest
+    digests = {name: info.chunks for name, info in manifest.tensors.items()}
+    if not features.full or manifest.chunks_digest is None or any(d is None for d in digests.values()):
+        return False
+    if entry_digest(digests) != manifest.chunks_digest or set(features.tensors) != set(digests):
+        raise IntegrityError("the manifest's chunk digests do not match their record")
+    checks = []
+    for name, tensor in features.tensors.items():
+        chunks = digests[name]
+        assert chunks is not None
+        if list(tensor.shape) != manifest.tensors[name].shape:
+            raise IntegrityError(
+                f"{name}: shape {list(tensor.shape)}, the manifest says {manifest.tensors[name].shape}"
+            )
+        array = tensor.numpy()
+        chunk_grid = grid(array.shape, chunks.shape)
+        for at in range(len(chunks.digests)):
+            checks.append(_decoders().submit(_block_matches, array, chunks, unflatten(at, chunk_grid), at))
+    results = [check.result() for check in checks]
+    if not all(results):
+        raise IntegrityError("a chunk differs from what was written")
+    return True
+
+
+def _block_matches(array: np.ndarray, chunks: ChunkDigests, coords: tuple[int, ...], at: int) -> bool:
+    region = tuple(slice(c * size, (c + 1) * size) for c, size in zip(coords, chunks.shape, strict=True))
+    part = array[region]
+    block = _scratch_block(prod(chunks.shape) * array.dtype.itemsize).view(array.dtype).reshape(chunks.shape)
+    if part.shape != block.shape:  # an edge chunk: stored zero-padded
+        block[...] = 0
+    block[tuple(slice(0, n) for n in part.shape)] = part
+    return chunks.matches(at, block)
 
 
 def decode_any(body: bytes | bytearray | memoryview, chunks: bool, verify: Verify = "chunks") -> Features:

@@ -219,7 +219,9 @@ def pad_collate(samples: list[Sample]) -> dict[str, Any]:
     lengths = [s["input_ids"].shape[0] for s in samples]
     longest = max(lengths)
     first = samples[0]["hidden_states"]
-    hidden = first.new_zeros((len(samples), longest, *first.shape[1:]))
+    # not zeros: zero-filling the whole batch costs a pass over it (torch.zeros ran at 1.4 GB/s per core on the GPU
+    # host, half the loader's time); only the pads are zeroed, below
+    hidden = first.new_empty((len(samples), longest, *first.shape[1:]))
     batch: dict[str, Any] = {
         "hidden_states": hidden,
         "input_ids": torch.zeros((len(samples), longest), dtype=torch.long),
@@ -232,6 +234,7 @@ def pad_collate(samples: list[Sample]) -> dict[str, Any]:
         batch[name] = torch.zeros((len(samples), longest, *values[0].shape[1:]), dtype=_collated_dtype(values[0]))
     for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
         hidden[row, :length] = sample["hidden_states"]
+        hidden[row, length:] = 0
         batch["input_ids"][row, :length] = sample["input_ids"]
         batch["attention_mask"][row, :length] = True
         for name, values in per_token.items():
