@@ -5,9 +5,10 @@ reused: pinning is slow and a fresh pinned buffer per batch costs more than the 
 itself is copied from in place, and the copy has ended before the loader is asked for the next batch), and copies
 them to the device on a side stream, `depth` batches ahead. The step gets a batch only behind the event of its copy
 (its stream waits; the CPU does not), and a slot is refilled only after the copy out of it has completed, so no
-buffer is ever handed out, or written, while a copy still reads it. An fp8 featureset read with `dequantise=False` travels as stored (fp8
-plus its scales: half the bytes of bfloat16) and is dequantised here, on the device, with the same function as on
-the CPU (`schemas.fp8.dequantise`, exact up to its one rounding, so the bits are those of a CPU dequantisation).
+buffer is ever handed out, or written, while a copy still reads it. An fp8 featureset read with `dequantise=False`
+travels as stored (fp8 plus its scales: half the bytes of bfloat16) and is dequantised here, on the device, with the
+same function as on the CPU (`schemas.fp8.dequantise`, exact up to its one rounding, so the bits are those of a CPU
+dequantisation).
 """
 
 from __future__ import annotations

@@ -61,22 +61,22 @@ class BufferPool:
 
     def __init__(self, keep: int = 4) -> None:
         self.keep = keep
-        self._free: list[bytearray] = []
+        self._free: list[np.ndarray] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def take(self, size: int) -> bytearray:
+    def take(self, size: int) -> np.ndarray:
         if self._pid != os.getpid():  # forked: the lock may have been held by a thread the child does not have
             self._lock, self._free, self._pid = threading.Lock(), [], os.getpid()
         with self._lock:
-            fitting = [b for b in self._free if len(b) >= size]
+            fitting = [i for i, b in enumerate(self._free) if b.nbytes >= size]
             if fitting:
-                chosen = min(fitting, key=len)
-                self._free.remove(chosen)
-                return chosen
-        return bytearray(size)
+                return self._free.pop(min(fitting, key=lambda i: self._free[i].nbytes))
+        # not bytearray(size): it zero-fills under the GIL (25% of a 12-thread read's GIL-held time on the GPU
+        # host); numpy's fresh pages are zeroed by the kernel as the socket writes them, with the GIL released
+        return np.empty(size, dtype=np.uint8)
 
-    def give(self, buffer: bytearray) -> None:
+    def give(self, buffer: np.ndarray) -> None:
         with self._lock:
             if len(self._free) < self.keep:
                 self._free.append(buffer)
