@@ -26,6 +26,11 @@ from client.errors import IntegrityError
 STEP = 1 << 20  # bytes asked of the socket per call: a decoder starts on each chunk as soon as its bytes are in
 
 
+class ReceiveFailed(Exception):
+    """A socket or HTTP failure of this module's own connections (its cause is the OSError or http.client error),
+    kept apart from OSErrors the caller's own code may raise while it reads (a cache write on a full disk)."""
+
+
 class Body(Protocol):
     status: int
     headers: Mapping[str, str]  # names in lower case
@@ -126,7 +131,10 @@ class SocketBody:
         self._response = response
 
     def readinto(self, view: memoryview) -> int:
-        return self._response.readinto(view)
+        try:
+            return self._response.readinto(view)
+        except (OSError, http.client.HTTPException) as exc:
+            raise ReceiveFailed(str(exc) or type(exc).__name__) from exc
 
 
 # What a reused keep-alive connection raises when the server closed it meanwhile: sent again once, on a fresh one.
@@ -146,28 +154,33 @@ class Connections:
     def open(
         self, method: str, url: str, headers: Mapping[str, str] | None = None, content: bytes | None = None
     ) -> Iterator[SocketBody]:
-        """The response to one request on `url` (absolute), its body read inside. OSError and http.client's
-        errors escape for the caller to name."""
+        """The response to one request on `url` (absolute), its body read inside. A failure of the connection is
+        `ReceiveFailed`, for the caller to name."""
         parts = urlsplit(url)
         origin = (parts.scheme, parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         sent = {**self.headers, **(headers or {})}
         idle = self._idle.setdefault(origin, queue.SimpleQueue())
-        connection, reused = self._take(idle, origin)
+        connection: http.client.HTTPConnection | None = None
         try:
             try:
-                connection.request(method, target, body=content, headers=sent)
-                response = connection.getresponse()
-            except _STALE:
-                if not reused:
-                    raise
-                connection.close()
-                connection, reused = self._connect(origin), False
-                connection.request(method, target, body=content, headers=sent)
-                response = connection.getresponse()
+                connection, reused = self._take(idle, origin)
+                try:
+                    connection.request(method, target, body=content, headers=sent)
+                    response = connection.getresponse()
+                except _STALE:
+                    if not reused:
+                        raise
+                    connection.close()
+                    connection = self._connect(origin)
+                    connection.request(method, target, body=content, headers=sent)
+                    response = connection.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                raise ReceiveFailed(str(exc) or type(exc).__name__) from exc
             yield SocketBody(response)
         except BaseException:
-            connection.close()
+            if connection is not None:
+                connection.close()
             raise
         if response.isclosed() and not response.will_close:  # read to its end, and the server keeps it open
             idle.put(connection)

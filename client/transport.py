@@ -4,7 +4,6 @@ errors."""
 
 from __future__ import annotations
 
-import http.client
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from json import dumps, loads
@@ -14,7 +13,7 @@ from urllib.parse import urlencode
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from client.bodies import Body, Connections, HttpxBody, read_all
+from client.bodies import Body, Connections, HttpxBody, ReceiveFailed, read_all
 from client.errors import ConnectionFailed, HsstoreError, IntegrityError, NotHsstoreError, error_for
 from schemas.api import BatchItem
 from schemas.errors import ERROR_HEADER, ErrorCode
@@ -44,11 +43,11 @@ class Transport:
             raise ConnectionFailed(f"{method} {self.url}{path} timed out ({type(exc).__name__})", self.url) from None
         except httpx.TransportError as exc:
             raise ConnectionFailed(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
-        except ConnectionRefusedError as exc:
-            raise ConnectionFailed(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
-        except TimeoutError:
-            raise ConnectionFailed(f"{method} {self.url}{path} timed out", self.url) from None
-        except (OSError, http.client.HTTPException) as exc:
+        except ReceiveFailed as exc:
+            if isinstance(exc.__cause__, ConnectionRefusedError):
+                raise ConnectionFailed(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
+            if isinstance(exc.__cause__, TimeoutError):
+                raise ConnectionFailed(f"{method} {self.url}{path} timed out", self.url) from None
             raise ConnectionFailed(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
