@@ -23,7 +23,8 @@ from pathlib import Path
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.receive import verify_decoded
-from schemas import wire
+from schemas import datasets, wire
+from schemas.datasets import DatasetIndex
 from schemas.files import atomic_write
 from schemas.keys import is_content_hash
 
@@ -79,6 +80,23 @@ class FeatureCache:
         body = wire.encode_parts(features.tensors.values(), metadata)
         atomic_write(path, body, staging_dir=self.directory / "tmp", durable=False)
         self._evict()
+
+    def get_dataset(self, dataset_id: str) -> DatasetIndex | None:
+        """A dataset index kept here, checked against its id (None if absent or damaged, and so dropped)."""
+        path = self.directory / "datasets" / f"{dataset_id.removeprefix('sha256:')}.hsds"
+        try:
+            return datasets.decode(path.read_bytes(), dataset_id)
+        except FileNotFoundError:
+            return None
+        except datasets.DatasetError:
+            path.unlink(missing_ok=True)
+            return None
+
+    def put_dataset(self, dataset_id: str, body: bytes) -> None:
+        """Keep a verified dataset index (small: never evicted)."""
+        path = self.directory / "datasets" / f"{dataset_id.removeprefix('sha256:')}.hsds"
+        if not path.exists():
+            atomic_write(path, body, staging_dir=self.directory / "tmp", durable=False)
 
     def size(self) -> int:
         return sum(p.stat().st_size for p in self._files())

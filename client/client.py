@@ -20,7 +20,7 @@ from client.features import Features, decode_verified
 from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
 from client.receive import BufferPool, Verify, decode_any, receive_chunks
 from client.transport import Transport, batch_error
-from schemas import chunk_wire, wire
+from schemas import chunk_wire, datasets, wire
 from schemas.api import (
     IMPORT_METADATA,
     AuditReport,
@@ -28,6 +28,8 @@ from schemas.api import (
     BatchItem,
     BatchRequest,
     CompareReport,
+    DatasetInfo,
+    DatasetRequest,
     EntriesPage,
     EstimateReport,
     EstimateRequest,
@@ -262,6 +264,48 @@ class FeatureClient:
             content_hash=content_hash,
         )
         return self._transport.exists(f"/v1/features/{key.prompt_hash}", key.params())
+
+    # -- dataset snapshots ---------------------------------------------------------------------------------------
+    def create_dataset(
+        self,
+        name: str,
+        keys: Sequence[KeyLike] | None = None,
+        *,
+        model_revision: str | None = None,
+        backend: str | None = None,
+        featureset: FeatureSet | str | None = None,
+        since: str | None = None,
+    ) -> DatasetInfo:
+        """Snapshot `keys` (each resolved to its newest version), or every version a listing with these filters
+        shows, as dataset `name`; its `dataset_id` names exactly those versions from then on."""
+        request = DatasetRequest(
+            name=name,
+            keys=[batch_item(k).key for k in keys] if keys is not None else None,
+            model_revision=model_revision,
+            backend=backend,
+            featureset=featureset.id if isinstance(featureset, FeatureSet) else featureset,
+            since=since,
+        )
+        body = request.model_dump(mode="json", exclude_none=True)
+        return self._transport.call(DatasetInfo, "POST", "/v1/datasets", json=body)
+
+    def dataset_info(self, ref: str) -> DatasetInfo:
+        return self._transport.call(DatasetInfo, "GET", f"/v1/datasets/{ref}")
+
+    def dataset(self, ref: str) -> datasets.DatasetIndex:
+        """A dataset's index by id or name, checked against its id (against `ref` itself when it is an id); an id
+        already in the cache directory is read from there without a request."""
+        pinned = ref if datasets.is_dataset_id(ref) else None
+        if pinned is not None and self.cache is not None and (kept := self.cache.get_dataset(pinned)) is not None:
+            return kept
+        response = self._transport.request("GET", f"/v1/datasets/{ref}/index")
+        try:
+            index = datasets.decode(response.content, pinned or response.headers.get(datasets.ID_HEADER))
+        except datasets.DatasetError as exc:
+            raise IntegrityError(f"dataset {ref}: {exc}") from None
+        if self.cache is not None:
+            self.cache.put_dataset(index.dataset_id, response.content)
+        return index
 
     # -- listing, comparing, auditing ----------------------------------------------------------------------------
     def entries(self, *, page_size: int = 100, **filters: str | FeatureSet | None) -> Iterator[Manifest]:

@@ -130,7 +130,14 @@ class EntryStream(IterableDataset[Sample]):
         world_size: int = 1,
         seed: int | None = None,
         dequantise: bool = True,
+        dataset: str | None = None,
     ) -> None:
+        """`dataset`: a dataset id or name (`FeatureClient.create_dataset`) instead of the listing's filters: each
+        process reads its index once (a dataset id, from the cache directory when it is there) and takes its share
+        of it, in the dataset's order or the seed's."""
+        if dataset is not None and any(v is not None for v in (backend, model_revision, featureset, since)):
+            raise ValueError("give a dataset or listing filters, not both")
+        self.dataset = dataset
         self.dequantise = dequantise
         self.filters = {"backend": backend, "model_revision": model_revision, "featureset": featureset, "since": since}
         self.prefetch = prefetch
@@ -147,20 +154,31 @@ class EntryStream(IterableDataset[Sample]):
         """The epoch's order of the whole listing: the same on every rank for one seed and epoch."""
         if self.seed is None:
             return keys
-        permutation = np.random.default_rng([self.seed, self.epoch]).permutation(len(keys))
-        return [keys[i] for i in permutation]
+        return [keys[i] for i in self._permutation(len(keys))]
+
+    def _permutation(self, count: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(count)
 
     def __iter__(self) -> Iterator[Sample]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         shard, shards = self.rank * workers + worker, self.world_size * workers
         client = self._clients.get()
+        if self.dataset is not None:
+            index = client.dataset(self.dataset)
+            positions = np.arange(len(index)) if self.seed is None else self._permutation(len(index))
+            mine: Iterator[BatchItem] = (batch_item(index.key(int(p))) for p in positions[shard::shards])
+            yield from self._fetched(client, mine)
+            return
         listing = client.entries(**self.filters)
         if self.seed is None:
-            mine: Iterator[BatchItem] = (key_of(m) for i, m in enumerate(listing) if i % shards == shard)
+            mine = (key_of(m) for i, m in enumerate(listing) if i % shards == shard)
         else:  # the whole listing's keys first: a global order needs all of them
             everything = self.order([key_of(m) for m in listing])
             mine = iter(everything[shard::shards])
+        yield from self._fetched(client, mine)
+
+    def _fetched(self, client: FeatureClient, mine: Iterator[BatchItem]) -> Iterator[Sample]:
         with ThreadPoolExecutor(self.prefetch, thread_name_prefix="hsstore-prefetch") as pool:
             pending: deque[Future[Features]] = deque()
             for key in mine:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hsstore import cli_exchange, cli_ops, cli_read, cli_write
+from hsstore import cli_datasets, cli_exchange, cli_ops, cli_read, cli_write
 from hsstore.cli_errors import ErrorReportingGroup
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ for command in (
 app.command()(cli_exchange.export)
 app.command("import")(cli_exchange.import_)
 app.add_typer(cli_ops.window_app, name="window")
+app.add_typer(cli_datasets.dataset_app, name="dataset")
 
 
 @app.callback()

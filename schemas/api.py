@@ -324,3 +324,26 @@ class ImportResult(BaseModel):
     status: ImportStatus
     manifest: Manifest
     warnings: list[str] = []
+
+
+class DatasetRequest(BaseModel):
+    """A dataset snapshot from whole versions: `keys` (each resolved to its newest version and pinned), or every
+    version a listing with these filters shows, in listing order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    keys: list[FeatureKey] | None = Field(default=None, min_length=1, max_length=200_000)
+    model_revision: str | None = None
+    backend: str | None = None
+    featureset: str | None = None
+    since: str | None = None
+
+
+class DatasetInfo(BaseModel):
+    dataset_id: str
+    name: str
+    entries: int
+    tokens: int
+    bytes: int
+    created_at: str

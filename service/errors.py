@@ -33,6 +33,10 @@ class EntryNotFound(HsstoreError):
     code = ErrorCode.NOT_FOUND
 
 
+class DatasetNotFound(EntryNotFound):
+    """No dataset of that id or name (404 `not_found`, as for entries)."""
+
+
 class JobNotFound(HsstoreError):
     code = ErrorCode.JOB_NOT_FOUND
 

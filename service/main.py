@@ -19,6 +19,7 @@ from service.api.deps import PROVIDED
 from service.api.routes import (
     audit,
     compare,
+    datasets,
     entries,
     estimate,
     extract,
@@ -41,6 +42,7 @@ from service.catalog import (
 from service.catalog.migrations import PartSchema
 from service.catalog.protocol import Database
 from service.core.auditor import Auditor
+from service.core.datasets import Datasets
 from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
 from service.core.importer import FeatureImporter
@@ -141,6 +143,7 @@ class Services:
     writer: FeatureWriter
     auditor: Auditor
     verifier: Verifier
+    datasets: Datasets
     estimator: Estimator
     importer: FeatureImporter
     rebuilder: CatalogRebuilder
@@ -238,6 +241,7 @@ def build_services(
         writer=writer,
         auditor=Auditor(reader, writer, versions, gate, preparer, verifier),
         verifier=verifier,
+        datasets=Datasets(reader.resolve, versions, store, kv),
         estimator=Estimator(gate, preparer, versions, store, job_store, settings.codec),
         importer=FeatureImporter(writer, versions, gate, settings.max_sample_tokens),
         rebuilder=CatalogRebuilder(store, versions),
@@ -334,6 +338,7 @@ def create_app(
         extract,
         features,
         entries,
+        datasets,
         imports,
         compare,
         audit,
@@ -344,7 +349,11 @@ def create_app(
     ):
         app.include_router(module.router)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
-    limits = {"/v1/jobs": services.settings.max_job_bytes, "/v1/entries:import": services.settings.max_import_bytes}
+    limits = {
+        "/v1/jobs": services.settings.max_job_bytes,
+        "/v1/datasets": services.settings.max_job_bytes,  # up to 200,000 keys
+        "/v1/entries:import": services.settings.max_import_bytes,
+    }
     app.add_middleware(BodyLimit, max_bytes=services.settings.max_request_bytes, overrides=limits)
     app.add_middleware(error_handlers.CatchAll)  # outermost: whatever escapes still answers with the envelope
     return app

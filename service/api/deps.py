@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from service.catalog.protocol import VersionCatalog
 from service.core.auditor import Auditor
+from service.core.datasets import Datasets
 from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
 from service.core.importer import FeatureImporter
@@ -25,6 +26,7 @@ from service.storage.protocol import BlobStore
 
 # what the composition root puts on `app.state`, by name
 PROVIDED = (
+    "datasets",
     "settings",
     "store",
     "versions",
@@ -84,6 +86,10 @@ def get_queue(request: Request) -> JobQueue:
     return request.app.state.queue
 
 
+def get_datasets(request: Request) -> Datasets:
+    return request.app.state.datasets
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[BlobStore, Depends(get_store)]
 VersionsDep = Annotated[VersionCatalog, Depends(get_versions)]
@@ -95,6 +101,7 @@ AuditorDep = Annotated[Auditor, Depends(get_auditor)]
 EstimatorDep = Annotated[Estimator, Depends(get_estimator)]
 ImporterDep = Annotated[FeatureImporter, Depends(get_importer)]
 JobsDep = Annotated[JobQueue, Depends(get_queue)]
+DatasetsDep = Annotated[Datasets, Depends(get_datasets)]
 
 
 def _token_scopes(settings: Settings, token: str) -> list[str] | None:

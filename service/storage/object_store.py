@@ -258,6 +258,17 @@ class ObjectZarrStore:
         with contextlib.suppress(AlreadyExistsError):  # idempotent: one name, one document
             _calling(lambda: obstore.put(self.store, f"manifests/{name[:2]}/{name}.json", document, mode="create"))
 
+    def put_dataset(self, name: str, index: bytes) -> None:
+        self._writable()
+        with contextlib.suppress(AlreadyExistsError):  # idempotent: one name, one index
+            _calling(lambda: obstore.put(self.store, f"datasets/{name}.hsds", index, mode="create"))
+
+    def get_dataset(self, name: str) -> bytes | None:
+        try:
+            return bytes(_calling(lambda: obstore.get(self.store, f"datasets/{name}.hsds").bytes()))
+        except KeyError:
+            return None
+
     def iter_manifests(self) -> Iterator[tuple[str, bytes]]:
         for batch in obstore.list(self.store, prefix="manifests/"):
             for meta in sorted(batch, key=lambda m: m["path"]):

@@ -93,6 +93,12 @@ class BlobStore(Protocol):
     def put_manifest(self, name: str, document: bytes) -> None:
         """Write a manifest document atomically (idempotent for one name)."""
 
+    def put_dataset(self, name: str, index: bytes) -> None:
+        """Keep a dataset index under `name` (its id's hex): idempotent, one name one index."""
+
+    def get_dataset(self, name: str) -> bytes | None:
+        """The dataset index kept under `name`, or None."""
+
     def iter_manifests(self) -> Iterator[tuple[str, bytes]]:
         """Every manifest document as (the name it was put under, its bytes)."""
 

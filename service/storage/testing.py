@@ -77,6 +77,12 @@ class BlobStoreTests:
         assert store.delete(digests[0]) is False
         assert sorted(store.iter()) == sorted(digests[1:])
 
+    def test_dataset_indexes(self, store: BlobStore) -> None:
+        assert store.get_dataset("ab" * 32) is None
+        store.put_dataset("ab" * 32, b"HSDS one")
+        store.put_dataset("ab" * 32, b"HSDS one")
+        assert store.get_dataset("ab" * 32) == b"HSDS one"
+
     def test_manifest_documents(self, store: BlobStore) -> None:
         store.put_manifest("ab" * 32, b'{"a": 1}')
         store.put_manifest("ab" * 32, b'{"a": 1}')

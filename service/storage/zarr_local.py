@@ -68,6 +68,7 @@ class LocalZarrStore:
         self.read_only = read_only  # a replica on a read-only volume: reads only, touches nothing
         self._blobs = self.root / "blobs"
         self._manifests = self.root / "manifests"
+        self._datasets = self.root / "datasets"
         self._tmp = self.root / "tmp"
         if read_only:
             return
@@ -228,6 +229,18 @@ class LocalZarrStore:
         if final.exists():
             return
         atomic_write(final, document, staging_dir=self._tmp)
+
+    def put_dataset(self, name: str, index: bytes) -> None:
+        self._writable()
+        final = self._datasets / f"{name}.hsds"
+        if not final.exists():
+            atomic_write(final, index, staging_dir=self._tmp)
+
+    def get_dataset(self, name: str) -> bytes | None:
+        try:
+            return (self._datasets / f"{name}.hsds").read_bytes()
+        except FileNotFoundError:
+            return None
 
     def iter_manifests(self) -> Iterator[tuple[str, bytes]]:
         for path in sorted(self._manifests.rglob("*.json")):

@@ -1,0 +1,85 @@
+"""`hsstore dataset`: named, immutable snapshots of whole versions for training runs to name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hsstore.cli_errors import CliError
+from hsstore.cli_input import since_option
+from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
+from schemas.jsonl import parse_jsonl
+
+dataset_app = typer.Typer(help="Dataset snapshots: exactly these versions, by one id", no_args_is_help=True)
+
+
+@dataset_app.command("create")
+def dataset_create(
+    name: Annotated[str, typer.Argument(help="letters, digits, . _ -")],
+    keys: Annotated[
+        Path | None,
+        typer.Option(help="JSONL of keys: objects with prompt_hash and any other key parts (`hsstore extract --json`)"),
+    ] = None,
+    backend: Annotated[str | None, typer.Option()] = None,
+    model_revision: Annotated[str | None, typer.Option()] = None,
+    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Snapshot the keys of a JSONL file (each resolved to its newest version), or every version the listing's
+    filters show; prints the dataset id a training run names (`EntryStream(url, dataset=ID)`)."""
+    listed = _keys(keys) if keys is not None else None
+    with client_for(url, token) as client:
+        info = client.create_dataset(
+            name,
+            listed,
+            backend=backend,
+            model_revision=model_revision,
+            featureset=featureset,
+            since=since_option(since),
+        )
+    if as_json:
+        typer.echo(info.model_dump_json(indent=2))
+        return
+    console.print(
+        f"dataset {info.name}: {info.dataset_id} ({info.entries} entries, {info.tokens} tokens, {info.bytes} bytes)"
+    )
+
+
+@dataset_app.command("show")
+def dataset_show(
+    ref: Annotated[str, typer.Argument(help="a dataset id or name")],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A dataset's id, entries, tokens and size."""
+    with client_for(url, token) as client:
+        info = client.dataset_info(ref)
+    if as_json:
+        typer.echo(info.model_dump_json(indent=2))
+        return
+    console.print(
+        f"dataset {info.name}: {info.dataset_id} ({info.entries} entries, {info.tokens} tokens, "
+        f"{info.bytes} bytes, created {info.created_at})"
+    )
+
+
+def _keys(path: Path) -> list[dict]:
+    try:
+        lines = parse_jsonl(path.read_bytes(), str(path))
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    found = []
+    for number, line in enumerate(lines, 1):
+        if not isinstance(line.get("prompt_hash"), str):
+            raise CliError(f"{path}, entry {number}: an object with prompt_hash, as `hsstore extract --json` prints")
+        found.append({k: v for k, v in line.items() if k in _KEY_PARTS})
+    return found
+
+
+_KEY_PARTS = ("prompt_hash", "model_revision", "backend", "featureset", "content_hash")

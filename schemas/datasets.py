@@ -1,0 +1,130 @@
+"""A dataset snapshot: a named, immutable, content-addressed list of entries, compact enough for millions.
+
+A training run that names a dataset id reads exactly those versions again later, and its loaders read one small
+index per process instead of paging through the whole listing (full manifests, ~4 KB each) in every DataLoader
+worker of every rank at every epoch. Layout (`encode`): `"HSDS"`, `u8` version 1, `u32` header length, a JSON
+header (name, creation time, the distinct (model revision, backend, featureset) triples, count), then one 70-byte
+record per entry in listing order: prompt hash (32 bytes), content hash (32 bytes), tokens (`u32`), the index of
+its triple (`u16`). The id is `sha256:` over those bytes: a reader checks the bytes it got against the id it asked
+for, and the same entries in the same order always give the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.keys import FeatureKey
+
+MAGIC, VERSION = b"HSDS", 1
+_PREFIX = struct.Struct("<4sBI")
+# raw digests as bytes, not numpy "S32": that strips trailing zero bytes
+RECORD = np.dtype([("prompt_hash", "u1", (32,)), ("content_hash", "u1", (32,)), ("tokens", "<u4"), ("key", "<u2")])
+MEDIA_TYPE = "application/x-hsstore-dataset"
+ID_HEADER = "X-Hsstore-Dataset-Id"  # the id of the index a response carries
+
+
+class DatasetError(ValueError):
+    """Bytes that are not a dataset index, or not the one asked for."""
+
+
+class Triple(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_revision: str
+    backend: str
+    featureset: str
+
+
+class DatasetHeader(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    created_at: str
+    triples: list[Triple]
+    count: int = Field(ge=0)
+
+
+@dataclass(frozen=True)
+class DatasetIndex:
+    """A decoded index: its header and the records (a numpy structured array, `RECORD`)."""
+
+    header: DatasetHeader
+    records: np.ndarray
+    dataset_id: str
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def tokens(self) -> int:
+        return int(self.records["tokens"].sum(dtype=np.int64))
+
+    def key(self, position: int) -> FeatureKey:
+        """The entry at `position`, pinned to its version by content hash."""
+        record = self.records[position]
+        triple = self.header.triples[int(record["key"])]
+        return FeatureKey(
+            prompt_hash=record["prompt_hash"].tobytes().hex(),
+            model_revision=triple.model_revision,
+            backend=triple.backend,
+            featureset=triple.featureset,
+            content_hash="sha256:" + record["content_hash"].tobytes().hex(),
+        )
+
+
+def dataset_id(data: bytes | memoryview) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def is_dataset_id(text: str) -> bool:
+    hexdigest = text.removeprefix("sha256:")
+    return text.startswith("sha256:") and len(hexdigest) == 64 and all(c in "0123456789abcdef" for c in hexdigest)
+
+
+def encode(name: str, created_at: str, keys: list[tuple[FeatureKey, int]]) -> bytes:
+    """The index of `keys` (each pinned by content hash, with its token count), in this order."""
+    triples: dict[Triple, int] = {}
+    records = np.empty(len(keys), dtype=RECORD)
+    for row, (key, tokens) in enumerate(keys):
+        if key.content_hash is None or key.model_revision is None or key.backend is None or key.featureset is None:
+            raise DatasetError(f"entry {row}: a dataset names whole versions (every key part and the content hash)")
+        triple = Triple(model_revision=key.model_revision, backend=key.backend, featureset=key.featureset)
+        records[row]["prompt_hash"] = np.frombuffer(bytes.fromhex(key.prompt_hash), np.uint8)
+        records[row]["content_hash"] = np.frombuffer(bytes.fromhex(key.content_hash.removeprefix("sha256:")), np.uint8)
+        records[row]["tokens"] = tokens
+        records[row]["key"] = triples.setdefault(triple, len(triples))
+    if len(triples) > 2**16:
+        raise DatasetError("a dataset spans at most 65,536 (model revision, backend, featureset) triples")
+    header = DatasetHeader(name=name, created_at=created_at, triples=list(triples), count=len(keys))
+    raw = header.model_dump_json().encode()
+    return _PREFIX.pack(MAGIC, VERSION, len(raw)) + raw + records.tobytes()
+
+
+def decode(data: bytes | memoryview, expected_id: str | None = None) -> DatasetIndex:
+    """An index from its bytes; DatasetError if they are not one, or do not hash to `expected_id`."""
+    view = memoryview(data).cast("B")
+    actual = dataset_id(view)
+    if expected_id is not None and actual != expected_id:
+        raise DatasetError(f"the dataset's bytes hash to {actual}, not {expected_id}")
+    if view.nbytes < _PREFIX.size:
+        raise DatasetError("too short for a dataset index")
+    magic, version, size = _PREFIX.unpack_from(view)
+    if magic != MAGIC or version != VERSION or _PREFIX.size + size > view.nbytes:
+        raise DatasetError("not a dataset index of version 1")
+    try:
+        header = DatasetHeader.model_validate(json.loads(bytes(view[_PREFIX.size : _PREFIX.size + size])))
+    except ValueError as exc:
+        raise DatasetError(f"a malformed dataset header: {exc}") from None
+    body = view[_PREFIX.size + size :]
+    if body.nbytes != header.count * RECORD.itemsize:
+        raise DatasetError(f"{body.nbytes} bytes of records for {header.count} entries")
+    records = np.frombuffer(body, dtype=RECORD)
+    if header.count and int(records["key"].max()) >= len(header.triples):
+        raise DatasetError("a record names a triple the header does not list")
+    return DatasetIndex(header, records, actual)

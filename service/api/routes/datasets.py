@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from schemas import datasets
+from schemas.api import DatasetInfo, DatasetRequest
+from service.api.deps import DatasetsDep, ReadScope, WriteScope
+from service.api.openapi import binary, errors
+
+router = APIRouter(tags=["datasets"])
+
+
+@router.post(
+    "/v1/datasets",
+    dependencies=[WriteScope],
+    response_model=DatasetInfo,
+    summary="Snapshot whole versions as a named, immutable, content-addressed dataset",
+    responses=errors(401, 403, 404),
+)
+def create_dataset(request: DatasetRequest, store: DatasetsDep) -> DatasetInfo:
+    """From `keys` (each resolved to its newest version) or from listing filters (every version they show, in
+    listing order). A name keeps its first snapshot: the same entries again answer it, others are refused."""
+    return store.create(request)
+
+
+@router.get(
+    "/v1/datasets/{ref}",
+    dependencies=[ReadScope],
+    response_model=DatasetInfo,
+    summary="A dataset's size and id, by its id or its name",
+    responses=errors(401, 403, 404),
+)
+def dataset_info(ref: str, store: DatasetsDep) -> DatasetInfo:
+    return store.info(ref)
+
+
+@router.get(
+    "/v1/datasets/{ref}/index",
+    dependencies=[ReadScope],
+    response_class=Response,
+    summary="A dataset's index (`schemas/datasets.py`), by its id or its name; its id in X-Hsstore-Dataset-Id",
+    responses={**binary("the index; sha256 over its bytes is its id", datasets.MEDIA_TYPE), **errors(401, 403, 404)},
+)
+def dataset_index(ref: str, store: DatasetsDep) -> Response:
+    dataset_id, body = store.body(ref)
+    return Response(body, media_type=datasets.MEDIA_TYPE, headers={datasets.ID_HEADER: dataset_id})
