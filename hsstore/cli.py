@@ -129,7 +129,9 @@ WORKER_HEARTBEAT = "worker.alive"  # under the worker's data directory; deploy/'
 
 @app.command()
 def worker(
-    device: Annotated[str, typer.Option(help="the GPU this worker owns: cuda:0, cuda:1, … (or cpu)")] = "auto",
+    device: Annotated[
+        str | None, typer.Option(help="the GPU this worker owns: cuda:0, cuda:1, … (or cpu); default HSSTORE_DEVICE")
+    ] = None,
     config: Annotated[Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)")] = None,
     model_dir: Annotated[Path | None, typer.Option(help="model directory (overrides settings)")] = None,
 ) -> None:
@@ -143,14 +145,16 @@ def worker(
     from service.main import build_services
     from service.settings import Settings
 
-    overrides: dict[str, object] = {"device": device, "run_jobs": True}
+    overrides: dict[str, object] = {"run_jobs": True}
+    if device is not None:  # else the settings' (HSSTORE_DEVICE, the TOML file, then "auto")
+        overrides["device"] = device
     if model_dir is not None:
         overrides["model_dir"] = model_dir
     settings = Settings.load(config, **overrides)
     if settings.model_dir is None:
         raise typer.BadParameter("a worker needs a model: --model-dir or HSSTORE_MODEL_DIR")
     if settings.worker_name is None:
-        settings = settings.model_copy(update={"worker_name": f"{socket.gethostname()}:{device}"})
+        settings = settings.model_copy(update={"worker_name": f"{socket.gethostname()}:{settings.device}"})
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     services = build_services(settings)
     assert services.runner is not None and services.models is not None
@@ -160,7 +164,8 @@ def worker(
     services.models.recover()  # a previous worker on this GPU may have died holding SGLang's GPU
     services.runner.start()
     typer.echo(
-        f"hsstore worker {settings.worker_name} on {device}: model {settings.model_dir}, lease {settings.lease_s:g} s"
+        f"hsstore worker {settings.worker_name} on {settings.device}: model {settings.model_dir}, "
+        f"lease {settings.lease_s:g} s"
     )
     alive = settings.data_dir / WORKER_HEARTBEAT
     alive.parent.mkdir(parents=True, exist_ok=True)
@@ -262,7 +267,13 @@ def migrate(
 
 @app.command()
 def verify(
-    data_dir: Path,
+    data_dir: Annotated[
+        Path,
+        typer.Argument(
+            help="the store's directory; with HSSTORE_STORE_URL / HSSTORE_CATALOG_URL set, the bucket and the "
+            "Postgres catalog they name are scrubbed instead"
+        ),
+    ],
     sample: Annotated[int | None, typer.Option(min=1, help="check this many versions at random, not all")] = None,
     restart: Annotated[bool, typer.Option(help="start over rather than resume where the last scrub stopped")] = False,
     seed: Annotated[int | None, typer.Option()] = None,

@@ -170,7 +170,7 @@ def build_catalog(settings: Settings, read_only: bool) -> tuple[Database, Versio
     # imported here: psycopg needs libpq, which a host on SQLite (a GPU box, a laptop) need not have
     from service.catalog.postgres import PostgresDatabase, PostgresJobStore, PostgresKeyValue, PostgresVersionCatalog
 
-    postgres = PostgresDatabase(settings.catalog_url, read_only=read_only)
+    postgres = PostgresDatabase(settings.catalog_url, read_only=read_only, max_connections=settings.catalog_connections)
     return postgres, PostgresVersionCatalog(postgres), PostgresJobStore(postgres), PostgresKeyValue(postgres)
 
 

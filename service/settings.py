@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     catalog_url: str | None = Field(
         default=None, description="postgresql://user:pass@host/db for a shared catalog; none = SQLite under data_dir"
     )
+    catalog_connections: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="Postgres connections each process keeps at most (N replicas with P processes each hold up to "
+        "N * P * this; keep it under the server's max_connections)",
+    )
     model_dir: Path | None = Field(default=None, description="HF model directory; none = a replica that serves only")
     read_only: bool | None = Field(
         default=None,

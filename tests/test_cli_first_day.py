@@ -201,3 +201,20 @@ def test_a_service_beyond_loopback_without_tokens_refuses_to_start_unless_told(s
         startup_lines(told)
     )
     told.close()
+
+
+def test_a_worker_takes_its_device_from_the_settings(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`hsstore worker` without --device runs where HSSTORE_DEVICE says (the option no longer overrides it)."""
+    log = tmp_path / "worker.log"
+    env = {**os.environ, "HSSTORE_DEVICE": "cpu", "HSSTORE_MODEL_DIR": str(tiny_model_dir)}
+    env["HSSTORE_DATA_DIR"] = str(tmp_path / "store")
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "hsstore.cli", "worker"], env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT
+        )
+        try:
+            wait_for(lambda: "hsstore worker" in log.read_text() or worker.poll() is not None, 120, "the start line")
+            assert re.search(r"hsstore worker \S+:cpu on cpu:", log.read_text()), log.read_text()[-2000:]
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
