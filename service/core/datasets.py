@@ -33,9 +33,10 @@ class Datasets:
         keys = [(m.feature_key(), m.num_tokens) for m in manifests]
         created_at = utc_now()
         if named is not None:  # the same entries again keep the name's snapshot, with its creation time
-            again = datasets.encode(request.name, self.index(named).header.created_at, keys)
+            stored, stored_body = self.load(named)
+            again = datasets.encode(request.name, stored.header.created_at, keys)
             if datasets.dataset_id(again) == named:
-                return self.info(named)
+                return self._info(stored, len(stored_body))
             raise InvalidRequest(f"dataset {request.name!r} already names {named}: give the new one another name")
         body = datasets.encode(request.name, created_at, keys)
         dataset_id = datasets.dataset_id(body)
@@ -43,25 +44,20 @@ class Datasets:
         self.kv.kv_set(_NAME + request.name, dataset_id)
         return self._info(datasets.decode(body, dataset_id), len(body))
 
-    def body(self, ref: str) -> tuple[str, bytes]:
-        """The index of a dataset id or name, as stored: (its id, its bytes), checked against the id."""
+    def load(self, ref: str) -> tuple[datasets.DatasetIndex, bytes]:
+        """The index of a dataset id or name, decoded and checked against its id, and its bytes as stored."""
         dataset_id = ref if datasets.is_dataset_id(ref) else self.kv.kv_get(_NAME + ref)
         body = self.store.get_dataset(dataset_id.removeprefix("sha256:")) if dataset_id else None
         if dataset_id is None or body is None:
             raise DatasetNotFound(f"no dataset {ref!r}: `hsstore dataset create NAME` makes one")
         try:
-            datasets.decode(body, dataset_id)  # a damaged index is refused here, never served
+            return datasets.decode(body, dataset_id), body  # a damaged index is refused here, never served
         except datasets.DatasetError as exc:
             raise CorruptEntry(f"dataset {dataset_id} is damaged in the store ({exc}): create it again") from None
-        return dataset_id, body
-
-    def index(self, ref: str) -> datasets.DatasetIndex:
-        dataset_id, body = self.body(ref)
-        return datasets.decode(body, dataset_id)
 
     def info(self, ref: str) -> DatasetInfo:
-        dataset_id, body = self.body(ref)
-        return self._info(datasets.decode(body, dataset_id), len(body))
+        index, body = self.load(ref)
+        return self._info(index, len(body))
 
     def _chosen(self, request: DatasetRequest) -> list[Manifest]:
         if request.keys is not None:

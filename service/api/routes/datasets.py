@@ -42,5 +42,5 @@ def dataset_info(ref: str, store: DatasetsDep) -> DatasetInfo:
     responses={**binary("the index; sha256 over its bytes is its id", datasets.MEDIA_TYPE), **errors(401, 403, 404)},
 )
 def dataset_index(ref: str, store: DatasetsDep) -> Response:
-    dataset_id, body = store.body(ref)
-    return Response(body, media_type=datasets.MEDIA_TYPE, headers={datasets.ID_HEADER: dataset_id})
+    index, body = store.load(ref)
+    return Response(body, media_type=datasets.MEDIA_TYPE, headers={datasets.ID_HEADER: index.dataset_id})
