@@ -7,10 +7,8 @@ from typing import Annotated
 
 import typer
 
-from hsstore.cli_errors import CliError
-from hsstore.cli_input import since_option
+from hsstore.cli_input import key_lines, since_option
 from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
-from schemas.jsonl import parse_jsonl
 
 dataset_app = typer.Typer(help="Dataset snapshots: exactly these versions, by one id", no_args_is_help=True)
 
@@ -70,16 +68,7 @@ def dataset_show(
 
 
 def _keys(path: Path) -> list[dict]:
-    try:
-        lines = parse_jsonl(path.read_bytes(), str(path))
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}") from None
-    found = []
-    for number, line in enumerate(lines, 1):
-        if not isinstance(line.get("prompt_hash"), str):
-            raise CliError(f"{path}, entry {number}: an object with prompt_hash, as `hsstore extract --json` prints")
-        found.append({k: v for k, v in line.items() if k in _KEY_PARTS})
-    return found
+    return [{k: v for k, v in line.items() if k in _KEY_PARTS} for line in key_lines(path)]
 
 
 _KEY_PARTS = ("prompt_hash", "model_revision", "backend", "featureset", "content_hash")

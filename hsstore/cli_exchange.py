@@ -9,29 +9,12 @@ from typing import Annotated
 import typer
 
 from hsstore.cli_errors import CliError
-from hsstore.cli_input import since_option
+from hsstore.cli_input import key_lines, since_option
 from hsstore.cli_options import DEFAULT_URL, TokenOption, UrlOption, client_for, console, progress_bar
 from schemas.exchange import ExportFormat
 from schemas.featureset import parse_layers
-from schemas.jsonl import parse_jsonl
 
 FormatOption = Annotated[ExportFormat, typer.Option("--format", help="specforge (DFlash .ckpt) or speculators")]
-
-
-def _prompt_hashes(path: Path) -> list[str]:
-    """A JSONL of prompt hashes: each line a JSON string, or an object with `prompt_hash` (what `hsstore extract
-    --json` prints)."""
-    try:
-        lines = parse_jsonl(path.read_bytes(), str(path))
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}") from None
-    hashes = []
-    for number, line in enumerate(lines, 1):
-        value = line.get("prompt_hash") if isinstance(line, dict) else line
-        if not isinstance(value, str):
-            raise CliError(f"{path}, entry {number}: neither a prompt hash string nor an object with prompt_hash")
-        hashes.append(value)
-    return hashes
 
 
 def export(
@@ -57,7 +40,11 @@ def export(
     filters = {"model_revision": model_revision, "backend": backend, "featureset": featureset}
     with client_for(url, token) as client:
         if hashes is not None:
-            listed = [m for h in _prompt_hashes(hashes) for m in client.entries(prompt_hash=h, **filters)]
+            listed = [
+                m
+                for h in (line["prompt_hash"] for line in key_lines(hashes))
+                for m in client.entries(prompt_hash=h, **filters)
+            ]
         else:
             listed = list(client.entries(prompt_hash=prompt_hash, since=since_option(since), **filters))
         manifests = newest_versions(listed, measured_only=backend is None)

@@ -72,6 +72,19 @@ def featureset_option(
         raise CliError(f"--layers {layers}: {exc}") from None
 
 
+def key_lines(path: Path) -> list[dict[str, Any]]:
+    """A JSONL of entry keys: objects with `prompt_hash` and any other key parts, as `hsstore extract --json`
+    prints them."""
+    try:
+        lines = parse_jsonl(path.read_bytes(), str(path))
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not isinstance(line.get("prompt_hash"), str):
+            raise CliError(f"{path}, entry {number}: an object with prompt_hash, as `hsstore extract --json` prints")
+    return lines
+
+
 def since_option(since: str | None) -> str | None:
     """An ISO-8601 time, or an age such as 30m, 12h, 7d (before now)."""
     if since is None:
