@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ import boto3
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.serve import GB, Variant, free_port, populate, process_cpu_s, start_service, wait_ready
+from benchmarks.serve import GB, Variant, populate, process_cpu_s, start_moto, start_service
 from client import FeatureClient
 from service.main import build_services
 from service.settings import Settings
@@ -43,16 +42,9 @@ def main() -> None:
     if args.quick:
         args.entries, args.rounds = 4, 2
 
-    s3_port = free_port()
-    endpoint = f"http://127.0.0.1:{s3_port}"
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    moto, endpoint = start_moto()
     server = None
     try:
-        wait_ready(endpoint)
         os.environ.update(KEYS)
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="hsstore-bench")
         root = Path(tempfile.mkdtemp(prefix="hsstore-direct-"))

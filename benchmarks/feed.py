@@ -50,18 +50,19 @@ def measure(spec: dict) -> dict:
     import torch
 
     from client import DeviceFeed, FeatureClient, pad_collate
+    from schemas.keys import FeatureKey
 
     cores = sorted(os.sched_getaffinity(0))[: spec["cores"]]
     os.sched_setaffinity(0, cores)
     torch.set_num_threads(1)  # the n threads assembling batches are the parallelism; n intra-op threads each would spin
     n, variant = len(cores), spec["variant"]
-    keys = [FeatureKeyJson(k) for k in spec["keys"]]
+    keys = [FeatureKey(**k) for k in spec["keys"]]
     batch = spec["batch"]
     batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
 
     if variant == "anchor":
 
-        def sample(key: FeatureKeyJson) -> dict:
+        def sample(key: FeatureKey) -> dict:
             record = torch.load(spec["files"][key.content_hash], mmap=True, weights_only=True)
             ids = record["input_ids"]
             hidden = record["hidden_states"].view(ids.shape[0], spec["layers"], -1)
@@ -78,10 +79,10 @@ def measure(spec: dict) -> dict:
             direct_reads=variant == "direct",
         )
 
-        def sample(key: FeatureKeyJson) -> dict:
-            return to_sample(client.fetch(key.key()))
+        def sample(key: FeatureKey) -> dict:
+            return to_sample(client.fetch(key))
 
-    def assemble(keys_of_batch: list[FeatureKeyJson]) -> dict:
+    def assemble(keys_of_batch: list[FeatureKey]) -> dict:
         return pad_collate([sample(k) for k in keys_of_batch])
 
     def delivered() -> Iterator[dict]:
@@ -126,16 +127,6 @@ def measure(spec: dict) -> dict:
     }
 
 
-class FeatureKeyJson:
-    def __init__(self, raw: dict) -> None:
-        self.raw, self.content_hash = raw, raw["content_hash"]
-
-    def key(self):
-        from schemas.keys import FeatureKey
-
-        return FeatureKey(**self.raw)
-
-
 def _cycles_per_ms() -> float:
     import torch
 
@@ -172,7 +163,7 @@ def main() -> None:
         args.entries, args.direct_entries, args.cores, args.rounds = 12, 4, "1,2", 1
     import torch
 
-    from benchmarks.serve import free_port, populate, wait_ready
+    from benchmarks.serve import populate, start_service
     from client import FeatureClient
     from service.main import build_services
     from service.settings import Settings
@@ -188,7 +179,8 @@ def main() -> None:
         services = build_services(Settings(data_dir=root))
         manifests, _, _ = populate(services.writer, args.entries, args.tokens, args.hidden)
         services.close()
-        url = _serve(root, {}, args.server_processes, spare, processes, free_port, wait_ready)
+        server, url = start_service(root, {}, args.server_processes, spare)
+        processes.append(server)
         anchor = work / "anchor"
         subprocess.run(
             [sys.executable, "-m", "hsstore.cli", "export", str(anchor), "--format", "specforge", "--url", url],
@@ -202,7 +194,7 @@ def main() -> None:
             warm.get_many([m.feature_key() for m in manifests])
 
         has_moto = all(importlib.util.find_spec(m) is not None for m in ("moto", "boto3"))
-        direct_url, moto_raw = _direct(work, args, spare, processes, free_port, wait_ready) if has_moto else ("", 0.0)
+        direct_url, moto_raw = _direct(work, args, spare, processes) if has_moto else ("", 0.0)
         keys = [m.feature_key().model_dump(exclude_none=True) for m in manifests]
         spec = {
             "keys": keys,
@@ -242,42 +234,16 @@ def main() -> None:
     print(json.dumps(record))
 
 
-def _serve(root: Path, env: dict, count: int, cores: list[int], processes: list, free_port, wait_ready) -> str:
-    port = free_port()
-    environment = {**os.environ, **env, "HSSTORE_DATA_DIR": str(root), "HSSTORE_PORT": str(port)}
-    environment["HSSTORE_HOST"] = "127.0.0.1"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "hsstore.cli", "serve", "--processes", str(count)],
-        env=environment,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: os.sched_setaffinity(0, cores),
-    )
-    processes.append(server)
-    url = f"http://127.0.0.1:{port}"
-    wait_ready(f"{url}/readyz")
-    return url
-
-
-def _direct(work: Path, args, cores: list[int], processes: list, free_port, wait_ready) -> tuple[str, float]:
+def _direct(work: Path, args, cores: list[int], processes: list) -> tuple[str, float]:
     """A store in moto's bucket, a service over it handing out presigned URLs, and moto's own ranged-GET rate."""
     import boto3
 
-    from benchmarks.serve import populate
+    from benchmarks.serve import populate, start_moto, start_service
     from service.main import build_services
     from service.settings import Settings
 
-    s3_port = free_port()
-    endpoint = f"http://127.0.0.1:{s3_port}"
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: os.sched_setaffinity(0, cores),
-    )
+    moto, endpoint = start_moto(cores)
     processes.append(moto)
-    wait_ready(endpoint)
     os.environ.update(S3_KEYS)
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     s3.create_bucket(Bucket="hsstore-feed")
@@ -286,12 +252,13 @@ def _direct(work: Path, args, cores: list[int], processes: list, free_port, wait
     services = build_services(Settings(data_dir=root, store_url=env["HSSTORE_STORE_URL"], s3_endpoint=endpoint))
     populate(services.writer, args.direct_entries, args.tokens, args.hidden)
     services.close()
-    url = _serve(root, env, 1, cores, processes, free_port, wait_ready)
+    server, url = start_service(root, env, 1, cores)
+    processes.append(server)
     objects = [
         o for page in s3.get_paginator("list_objects_v2").paginate(Bucket="hsstore-feed") for o in page["Contents"]
     ]
     biggest = max(objects, key=lambda o: o["Size"])
-    size, start = 0, time.perf_counter()
+    start = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:  # moto's own rate: 8 ranged GETs of 8 MiB at a time, raw bytes, no checks
         ranges = [(a, min(a + (8 << 20), biggest["Size"]) - 1) for a in range(0, biggest["Size"], 8 << 20)] * 2
         got = pool.map(

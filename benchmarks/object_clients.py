@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,23 +22,15 @@ from obstore.store import S3Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.direct import wait_ready
-from benchmarks.serve import free_port
+from benchmarks.serve import start_moto
 
 CHUNK = 2 << 20  # about one stored chunk of [256, 1, 5120] bf16
 SHARD = 128 << 20
 
 
 def main() -> None:
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    moto, endpoint = start_moto()
     try:
-        wait_ready(endpoint)
         keys = {"aws_access_key_id": "bench", "aws_secret_access_key": "bench", "region_name": "us-east-1"}
         s3 = boto3.client("s3", endpoint_url=endpoint, **keys)
         s3.create_bucket(Bucket="bench")

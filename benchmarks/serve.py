@@ -126,18 +126,22 @@ def wait_ready(url: str) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def start_service(data_dir: Path, env: Mapping[str, str] | None = None) -> tuple[subprocess.Popen, str]:
-    """`hsstore serve` with no model over `data_dir`, in its own process on a free port of 127.0.0.1, once ready."""
+def start_service(
+    data_dir: Path, env: Mapping[str, str] | None = None, processes: int = 1, cores: list[int] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """`hsstore serve --processes N` with no model over `data_dir`, on a free port of 127.0.0.1 (on `cores` if
+    given), once ready."""
     port = free_port()
     environment = {**os.environ, **(env or {}), "HSSTORE_DATA_DIR": str(data_dir), "HSSTORE_PORT": str(port)}
     environment["HSSTORE_HOST"] = "127.0.0.1"
     environment.pop("HSSTORE_MODEL_DIR", None)
     server = subprocess.Popen(
-        [sys.executable, "-m", "hsstore.cli", "serve"],
+        [sys.executable, "-m", "hsstore.cli", "serve", "--processes", str(processes)],
         env=environment,
         cwd=Path(__file__).resolve().parents[1],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores is not None else None,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -146,6 +150,24 @@ def start_service(data_dir: Path, env: Mapping[str, str] | None = None) -> tuple
         server.terminate()
         raise
     return server, url
+
+
+def start_moto(cores: list[int] | None = None) -> tuple[subprocess.Popen, str]:
+    """moto's S3-API server in its own process on a free port of 127.0.0.1 (on `cores` if given), once it answers."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    moto = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores is not None else None,
+    )
+    try:
+        wait_ready(endpoint)
+    except BaseException:
+        moto.terminate()
+        raise
+    return moto, endpoint
 
 
 def process_cpu_s(pid: int) -> float:
