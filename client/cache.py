@@ -81,9 +81,12 @@ class FeatureCache:
         atomic_write(path, body, staging_dir=self.directory / "tmp", durable=False)
         self._evict()
 
+    def _dataset_path(self, dataset_id: str) -> Path:
+        return self.directory / "datasets" / f"{dataset_id.removeprefix('sha256:')}.hsds"
+
     def get_dataset(self, dataset_id: str) -> DatasetIndex | None:
         """A dataset index kept here, checked against its id (None if absent or damaged, and so dropped)."""
-        path = self.directory / "datasets" / f"{dataset_id.removeprefix('sha256:')}.hsds"
+        path = self._dataset_path(dataset_id)
         try:
             return datasets.decode(path.read_bytes(), dataset_id)
         except FileNotFoundError:
@@ -94,7 +97,7 @@ class FeatureCache:
 
     def put_dataset(self, dataset_id: str, body: bytes) -> None:
         """Keep a verified dataset index (small: never evicted)."""
-        path = self.directory / "datasets" / f"{dataset_id.removeprefix('sha256:')}.hsds"
+        path = self._dataset_path(dataset_id)
         if not path.exists():
             atomic_write(path, body, staging_dir=self.directory / "tmp", durable=False)
 

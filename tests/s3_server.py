@@ -6,8 +6,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 REGION = "us-east-1"
 KEYS = {"access_key_id": "testing", "secret_access_key": "testing"}
@@ -32,6 +36,15 @@ class Bucket:
             "AWS_REGION": REGION,
         }
 
+    def service_settings(self, monkeypatch: pytest.MonkeyPatch, **fields: Any) -> Settings:
+        """Settings of an in-process service whose blobs are in this bucket under `features/` (its credentials in
+        the environment, where obstore reads them), with `fields` besides."""
+        from service.settings import Settings
+
+        for name, value in self.env().items():
+            monkeypatch.setenv(name, value)
+        return Settings(store_url=f"{self.url}/features", s3_endpoint=self.endpoint, **fields)
+
     def obstore(self, prefix: str | None = None):
         from obstore.store import S3Store
 
@@ -53,17 +66,22 @@ def moto_endpoint() -> Iterator[str]:
         server.stop()
 
 
-@pytest.fixture
-def bucket(moto_endpoint: str) -> Bucket:
+def create_bucket(endpoint: str, name: str | None = None) -> Bucket:
+    """A new bucket on the S3-API server at `endpoint` (a fresh name unless given)."""
     import boto3
 
-    name = f"hsstore-{uuid.uuid4().hex[:12]}"
+    bucket = Bucket(endpoint, name or f"hsstore-{uuid.uuid4().hex[:12]}")
     client = boto3.client(
         "s3",
-        endpoint_url=moto_endpoint,
+        endpoint_url=endpoint,
         region_name=REGION,
         aws_access_key_id=KEYS["access_key_id"],
         aws_secret_access_key=KEYS["secret_access_key"],
     )
-    client.create_bucket(Bucket=name)
-    return Bucket(moto_endpoint, name)
+    client.create_bucket(Bucket=bucket.name)
+    return bucket
+
+
+@pytest.fixture
+def bucket(moto_endpoint: str) -> Bucket:
+    return create_bucket(moto_endpoint)

@@ -13,7 +13,6 @@ import pytest
 from client import DirectReadsUnavailableError, FeatureClient, IntegrityError
 from schemas.manifest import Manifest
 from service.main import create_app
-from service.settings import Settings
 from tests.conftest import LiveServer
 from tests.s3_server import Bucket
 
@@ -24,15 +23,8 @@ LAYERS = ["embed", 1, 2, 3]
 def s3_url(
     bucket: Bucket, tiny_model_dir: Path, tiny_loaded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[str]:
-    for name, value in bucket.env().items():
-        monkeypatch.setenv(name, value)
-    settings = Settings(
-        data_dir=tmp_path / "local",
-        model_dir=tiny_model_dir,
-        device="cpu",
-        store_url=f"{bucket.url}/features",
-        s3_endpoint=bucket.endpoint,
-        chunk_tokens=16,
+    settings = bucket.service_settings(
+        monkeypatch, data_dir=tmp_path / "local", model_dir=tiny_model_dir, device="cpu", chunk_tokens=16
     )
     with LiveServer(create_app(settings, tiny_loaded)) as url:
         yield url

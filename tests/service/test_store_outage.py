@@ -16,9 +16,8 @@ import pytest
 from client import FeatureClient, FeatureDataset, IntegrityError, StoreUnavailableError
 from schemas.featureset import FeatureSet
 from service.main import create_app
-from service.settings import Settings
 from tests.conftest import LiveServer, coding_prompts, free_port
-from tests.s3_server import Bucket
+from tests.s3_server import create_bucket
 
 
 class StoppableS3:
@@ -51,24 +50,9 @@ def s3() -> Iterator[StoppableS3]:
 def test_a_dead_object_store_is_a_503_the_client_retries_and_never_corrupt(
     s3: StoppableS3, tiny_model_dir: Path, tiny_loaded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import boto3
-
-    from tests.s3_server import KEYS, REGION
-
     endpoint = f"http://127.0.0.1:{s3.port}"
-    bucket = Bucket(endpoint, "outage")
-    boto3.client(
-        "s3", endpoint_url=endpoint, region_name=REGION, **{f"aws_{k}": v for k, v in KEYS.items()}
-    ).create_bucket(Bucket=bucket.name)
-    for name, value in bucket.env().items():
-        monkeypatch.setenv(name, value)
-    settings = Settings(
-        data_dir=tmp_path / "d",
-        model_dir=tiny_model_dir,
-        device="cpu",
-        store_url=f"{bucket.url}/features",
-        s3_endpoint=endpoint,
-    )
+    bucket = create_bucket(endpoint, "outage")
+    settings = bucket.service_settings(monkeypatch, data_dir=tmp_path / "d", model_dir=tiny_model_dir, device="cpu")
     sample = coding_prompts()[0]
     featureset = FeatureSet(layers=[1, 3])
     with LiveServer(create_app(settings, tiny_loaded)) as url, FeatureClient(url) as client:
