@@ -217,8 +217,10 @@ def verify_decoded(features: Features) -> bool:
     digests = {name: info.chunks for name, info in manifest.tensors.items()}
     if not features.full or manifest.chunks_digest is None or any(d is None for d in digests.values()):
         return False
-    if entry_digest(digests) != manifest.chunks_digest or set(features.tensors) != set(digests):
+    if entry_digest(digests) != manifest.chunks_digest:
         raise IntegrityError("the manifest's chunk digests do not match their record")
+    if set(features.tensors) != set(digests):
+        raise IntegrityError(f"tensors {sorted(features.tensors)} are not the manifest's {sorted(digests)}")
     checks = []
     for name, tensor in features.tensors.items():
         chunks = digests[name]
