@@ -23,6 +23,7 @@ import argparse
 import json
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +39,7 @@ from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from schemas.keys import FeatureKey
 from schemas.samples import parse_sample
+from service.extraction.packing import plan_packs
 from service.main import build_services
 from service.model.synthetic import build_synthetic
 from service.settings import Settings
@@ -56,6 +58,27 @@ def lengths_totalling(tokens: int, low: int, high: int, seed: int) -> list[int]:
 def random_ids(lengths: list[int], vocab: int, seed: int) -> list[list[int]]:
     generator = torch.Generator().manual_seed(seed)
     return [torch.randint(0, vocab - 1024, (n,), generator=generator).tolist() for n in lengths]
+
+
+class Utilization:
+    """nvidia-smi's `utilization.gpu` (the share of each sample period in which a kernel ran) every 100 ms while the
+    block runs; `idle_share` is what is left. None where nvidia-smi is missing."""
+
+    def __enter__(self) -> Utilization:
+        command = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "100"]
+        self.idle_share: float | None = None
+        found = shutil.which(command[0])
+        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True) if found else None
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        out, _ = self._process.communicate(timeout=10)
+        samples = [int(line) for line in out.split() if line.strip().isdigit()]
+        if samples:
+            self.idle_share = 1 - sum(samples) / len(samples) / 100
 
 
 def peak_since(base: int) -> float:
@@ -77,6 +100,45 @@ def naive(model: torch.nn.Module, sequences: list[list[int]], layers: list[int])
 
 
 MIXES = {"short": (128, 2048), "long": (256, 8192)}
+# kernel name fragments -> where a pack's GPU time goes (the first that matches; the rest is elementwise and copies)
+KERNEL_KINDS = (
+    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas")),
+    ("gated delta rule (fla)", ("chunk", "solve_tril", "recompute_w_u", "l2norm", "cumsum", "fwd_kernel")),
+    ("attention", ("flash", "fmha", "attention", "softmax")),
+    ("causal conv", ("conv1d", "causal_conv")),
+    ("fused elementwise (ours)", ("rms_tail", "square", "silu_mul", "gated_tail", "inv_rms")),
+)
+
+
+def profile_pack(extractor, items: list, featureset: FeatureSet) -> dict:
+    """Where the GPU time of one packed forward (and its copy out) goes, by kind of kernel, against its wall time:
+    what the GPU was not busy with is launch gaps and host waits."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        for _, pending in extractor.extract_many(items, featureset, Backend.FLA):
+            pending.wait()
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - t) * 1000
+    kinds: dict[str, float] = {}
+    for event in prof.key_averages():
+        if getattr(event, "device_type", None) != torch.autograd.DeviceType.CUDA:
+            continue
+        name = event.key.lower()
+        kind = next((k for k, parts in KERNEL_KINDS if any(p in name for p in parts)), "elementwise and copies")
+        kinds[kind] = kinds.get(kind, 0.0) + event.self_device_time_total / 1000
+    busy = sum(kinds.values())
+    return {
+        "tokens": sum(len(encoded.prompt_ids) for encoded, _ in items),
+        "wall_ms": wall_ms,
+        "kernel_ms": kinds,
+        "kernel_share_of_wall": {k: v / wall_ms for k, v in kinds.items()},
+        "gpu_busy_share": busy / wall_ms,
+        "note": "kernel time summed over streams (the copy stream's overlaps the compute stream's); the profiler adds"
+        " some host overhead per launch",
+    }
 
 
 def main() -> None:
@@ -116,7 +178,7 @@ def main() -> None:
     extractor.fusion_keeps_bits(Backend.FLA)
     record["elementwise"] = extractor.fingerprint(Backend.FLA, 0, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
 
-    def e2e(sequences: list[list[int]], subdir: str) -> tuple[float, float]:
+    def e2e(sequences: list[list[int]], subdir: str) -> tuple[float, float, float | None]:
         run = build_services(settings.model_copy(update={"data_dir": store / subdir}), loaded)
         run.gate.models.extractor().fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
         request = ExtractRequest(
@@ -125,12 +187,13 @@ def main() -> None:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        t = time.perf_counter()
-        response = run.writer.extract(request)
-        elapsed = time.perf_counter() - t
+        with Utilization() as utilization:
+            t = time.perf_counter()
+            response = run.writer.extract(request)
+            elapsed = time.perf_counter() - t
         assert response.extracted == len(sequences), response.extracted
         run.close()
-        return elapsed, peak_since(base)
+        return elapsed, peak_since(base), utilization.idle_share
 
     def lean(items: list) -> float:
         torch.cuda.synchronize()
@@ -152,9 +215,13 @@ def main() -> None:
         # side by side, the order swapped between the mixes
         order = ("naive", "e2e") if seed == 0 else ("e2e", "naive")
         for name in order:
-            elapsed, peak = naive(loaded.model, sequences, layers) if name == "naive" else e2e(sequences, mix)
+            if name == "naive":
+                elapsed, peak = naive(loaded.model, sequences, layers)
+            else:
+                elapsed, peak, record[f"{mix}_e2e_gpu_idle_share"] = e2e(sequences, mix)
             record[f"{mix}_{name}_tok_s"], record[f"{mix}_{name}_peak_gb"] = total / elapsed, peak
             print(f"{mix} {name}: {total / elapsed:.0f} tok/s, peak activations {peak:.2f} GB", flush=True)
+        print(f"{mix} e2e: GPU idle {record[f'{mix}_e2e_gpu_idle_share']} of the time (nvidia-smi)", flush=True)
         record[f"{mix}_lean_tok_s"] = total / lean(items)
         record[f"{mix}_speedup"] = record[f"{mix}_e2e_tok_s"] / record[f"{mix}_naive_tok_s"]
         record[f"{mix}_peak_ratio"] = record[f"{mix}_e2e_peak_gb"] / record[f"{mix}_naive_peak_gb"]
@@ -163,6 +230,16 @@ def main() -> None:
             f"peak {record[f'{mix}_peak_ratio']:.3f}x",
             flush=True,
         )
+
+    short = lengths_totalling(args.short_tokens, *MIXES["short"], seed=10)
+    first_pack = plan_packs(short, extractor.pack_policy)[0] if extractor.pack_policy else None
+    if first_pack is not None:
+        ids = random_ids(short, vocab, seed=20)
+        pack_items = [
+            (spec.encode(parse_sample({"token_ids": ids[s.index]}), 1 << 20), "profile") for s in first_pack.segments
+        ]
+        record["profile_one_short_pack"] = profile_pack(extractor, pack_items, featureset)
+        print(f"profile of one short-mix pack: {json.dumps(record['profile_one_short_pack'])}", flush=True)
 
     record["audit"] = {}
     for mix in MIXES:
@@ -211,7 +288,9 @@ def main() -> None:
     record["total_s"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2))
-    keys = [f"{m}_{k}" for m in MIXES for k in ("e2e_tok_s", "naive_tok_s", "speedup", "peak_ratio")]
+    keys = [
+        f"{m}_{k}" for m in MIXES for k in ("e2e_tok_s", "naive_tok_s", "lean_tok_s", "speedup", "e2e_gpu_idle_share")
+    ]
     print(json.dumps({k: record[k] for k in [*keys, "audit_total", "audit_reproduced", "policy"]}))
 
 

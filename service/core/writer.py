@@ -38,6 +38,26 @@ def _label(index: int, parsed: ParsedSample) -> str:
     return f"samples[{index}]" + (f" ({parsed.label})" if parsed.label else "")
 
 
+class InFlight:
+    """Writes in flight, at most `limit` beyond those of the newest forward. The extracting thread waits only on a
+    write of an earlier forward than the one it has just launched, so the GPU always has that forward queued: all of
+    a pack's results go to the writers, however many it holds, before anything waits (waiting on the pack just
+    launched would leave the GPU idle until its results were written)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._writes: deque[tuple[int, Future[None]]] = deque()
+
+    def add(self, forward: int, write: Future[None]) -> None:
+        self._writes.append((forward, write))
+        while len(self._writes) > self.limit and self._writes[0][0] < forward:
+            self._writes.popleft()[1].result()
+
+    def drain(self) -> None:
+        while self._writes:
+            self._writes.popleft()[1].result()
+
+
 class FeatureWriter:
     def __init__(
         self,
@@ -129,22 +149,19 @@ class FeatureWriter:
         backend: Backend,
         write: Callable[[int, PendingExtraction], None],
     ) -> None:
-        """The forwards on this thread, the writes on the writer threads, a bounded number in flight."""
+        """The forwards on this thread, the writes on the writer threads, a bounded number in flight (InFlight)."""
         if not todo:
             return
         models = self.gate.models
         items = [(samples[i].encoded, _label(i, samples[i].parsed)) for i, _, _ in todo]
-        in_flight: deque[Future[None]] = deque()
+        in_flight = InFlight(self.max_in_flight)
         with models.using() as extractor:
             models.emit("extract")
             try:
                 for position, pending in extractor.extract_many(items, featureset, backend):
-                    in_flight.append(self._writers.submit(write, position, pending))
-                    while len(in_flight) > self.max_in_flight:
-                        in_flight.popleft().result()
+                    in_flight.add(pending.forward, self._writers.submit(write, position, pending))
             finally:
-                for future in in_flight:
-                    future.result()
+                in_flight.drain()
 
     def _marked_corrupt(self, content_hash: str) -> bool:
         return any(_corrupt(m) for m in self.versions.find(EntryFilter(content_hash=content_hash), limit=1))

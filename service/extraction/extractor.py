@@ -70,8 +70,14 @@ class PendingExtraction:
     summary comes with them, so a NaN or Inf is refused (NonFiniteFeatures) here, before anything is stored."""
 
     def __init__(
-        self, host: dict[str, torch.Tensor], summary: torch.Tensor, done: torch.cuda.Event | None, labels: _Labels
+        self,
+        host: dict[str, torch.Tensor],
+        summary: torch.Tensor,
+        done: torch.cuda.Event | None,
+        labels: _Labels,
+        forward: int,
     ) -> None:
+        self.forward = forward  # which forward of its `extract_many` produced it (they share one per pack or batch)
         self._host = host
         self._summary = summary
         self._done = done
@@ -171,7 +177,7 @@ class Extractor:
             if pack is not None:
                 fingerprint = self.fingerprint(backend, 0, fused is not None, pack)
                 varlen = backend in (Backend.FLA, Backend.FLA_NOCONV)  # fla's delta rule is what runs
-                for planned in plan_packs([len(s.ids) for s in sequences], pack):
+                for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
                     hidden, normed = self._forward_pack(planned, sequences, featureset, fused, varlen)
                     run.verify()
                     for segment in planned.segments:
@@ -179,20 +185,22 @@ class Extractor:
                         rows = slice(segment.start, segment.start + segment.length)
                         heads = self._heads(normed[0, rows], featureset) if normed is not None else {}
                         finished = self._finish(
-                            seq, hidden[0, rows], heads, featureset, fingerprint, items[segment.index][1]
+                            seq, hidden[0, rows], heads, featureset, fingerprint, items[segment.index][1], forward
                         )
                         yield segment.index, finished
                 return
             budget = self._batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
             fingerprint = self.fingerprint(backend, budget, fused is not None)
-            for batch in plan_batches([len(s.ids) for s in sequences], budget):
+            for forward, batch in enumerate(plan_batches([len(s.ids) for s in sequences], budget)):
                 rows = [sequences[i] for i in batch]
                 hidden, heads = self._forward(rows, featureset, fused)
                 run.verify()  # nothing leaves this function labelled with kernels that did not run
                 for row, index in enumerate(batch):
                     yield (
                         index,
-                        self._finish(rows[row], hidden[row], heads[row], featureset, fingerprint, items[index][1]),
+                        self._finish(
+                            rows[row], hidden[row], heads[row], featureset, fingerprint, items[index][1], forward
+                        ),
                     )
 
     def batching_keeps_bits(self, batch_tokens: int, backend: Backend) -> bool:
@@ -329,6 +337,7 @@ class Extractor:
         featureset: FeatureSet,
         fingerprint: Fingerprint,
         label: str,
+        forward: int,
     ) -> PendingExtraction:
         length = len(seq.ids)
         hidden = padded_hidden[:length]
@@ -352,7 +361,7 @@ class Extractor:
             length - seq.prompt_tokens,
             seq.completion_source,
         )
-        return PendingExtraction(host, summary, done, labels)
+        return PendingExtraction(host, summary, done, labels, forward)
 
     def _to_host(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.cuda.Event | None]:
         if self._copy_stream is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from client import DeviceFeed
+from client import DeviceFeed, pad_collate
 from schemas.fp8 import dequantise, quantise
 from tests.client.test_device_feed import Reused
 from tests.gpu.marks import needs_gpu_with
@@ -41,3 +41,24 @@ def test_fp8_dequantised_on_the_gpu_has_the_cpu_bits() -> None:
     values, scales = quantise(hidden)
     landed = next(iter(DeviceFeed([{"hidden_states": values, "hidden_scales": scales}], "cuda")))
     assert torch.equal(landed["hidden_states"].cpu(), dequantise(values, scales))
+
+
+def test_batches_collated_into_pinned_memory_land_as_collated() -> None:
+    """`pad_collate(..., pin_memory=True)` puts every tensor of the batch in pinned memory, and the feed copies it
+    up from there with the bits (and the zeroed pads) of a pageable collate."""
+    generator = torch.Generator().manual_seed(2)
+    samples = [
+        {
+            "hidden_states": torch.randn((n, 5, 512), generator=generator).to(torch.bfloat16),
+            "input_ids": torch.randint(0, 1000, (n,), generator=generator, dtype=torch.int32),
+            "content_hash": f"sha256:{n}",
+        }
+        for n in (700, 2048, 31)
+    ]
+    pinned = pad_collate(samples, pin_memory=True)
+    assert all(t.is_pinned() for t in pinned.values() if isinstance(t, torch.Tensor) and t.dim() > 1)
+    want = pad_collate(samples)
+    landed = next(iter(DeviceFeed([pinned], "cuda")))
+    for name, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(landed[name].cpu(), value), name
