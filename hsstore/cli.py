@@ -165,7 +165,7 @@ def worker(
     services.runner.start()
     typer.echo(
         f"hsstore worker {settings.worker_name} on {settings.device}: model {settings.model_dir}, "
-        f"lease {settings.lease_s:g} s"
+        f"lease {settings.lease_s:g} s, held as {services.runner.worker}"
     )
     alive = settings.data_dir / WORKER_HEARTBEAT
     alive.parent.mkdir(parents=True, exist_ok=True)

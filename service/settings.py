@@ -151,7 +151,8 @@ class Settings(BaseSettings):
     )
     worker_name: str | None = Field(
         default=None,
-        description="this process's name in job leases; default host:device (workers), host:data_dir (a service)",
+        description="this worker's name (a label: leases are held by the process, so two may share it); default "
+        "host:device (workers), host:data_dir (a service)",
     )
     max_job_bytes: int = Field(default=256 * 1024 * 1024, ge=1024, description="largest JSONL job upload")
     max_import_bytes: int = Field(

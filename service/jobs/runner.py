@@ -27,6 +27,7 @@ from service.core.writer import FeatureWriter
 from service.errors import BackendUnavailable, InvalidRequest, NonFiniteFeatures, SGLangUnavailable, TooLarge
 from service.extraction.extractor import Extractor
 from service.host.sglang import SGLangClient
+from service.jobs.lease_holder import LeaseHolder
 from service.model.manager import ModelManager
 
 log = logging.getLogger("hsstore.jobs")
@@ -53,9 +54,9 @@ class JobRunner:
         worker: str | None = None,
         lease_s: float = 60.0,
     ) -> None:
-        """`worker`: this runner's name in the job store's leases, stable across restarts of the same process slot
-        (a restart hands back at once what its previous run held); `lease_s`: how long a claim lasts without a
-        heartbeat (renewed every third of it), so a dead worker's items are taken over that long after it died."""
+        """`worker`: this runner's label (its leases are held by this process, `LeaseHolder`: a namesake never
+        renews them); `lease_s`: how long a claim lasts without a heartbeat (renewed every third of it), so a dead
+        worker's items are taken over that long after it died, or at once by its own restart."""
         self.writer = writer
         self.jobs = jobs
         self.models = models
@@ -72,7 +73,8 @@ class JobRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._host_failures: dict[str, int] = {}
-        self.worker = worker or f"{socket.gethostname()}:{os.getpid()}"
+        self.holder = LeaseHolder.this_process(worker or f"{socket.gethostname()}:{os.getpid()}")
+        self.worker = self.holder.id  # what the job store's leases name
         self.lease_s = lease_s
         self._heartbeat: threading.Thread | None = None
         # A batch's forwards run while the previous batch's last writes finish: two batches at most in flight (the
@@ -82,11 +84,19 @@ class JobRunner:
 
     def start(self) -> None:
         self._requeue_running()  # a job a previous process was running waits for a window like any other
-        self.jobs.release_leases(self.worker)  # what this slot's previous run held, if it died holding any
+        self._release_predecessors()
         self._thread = threading.Thread(target=self._loop, name="hsstore-jobs", daemon=True)
         self._thread.start()
         self._heartbeat = threading.Thread(target=self._renew, name="hsstore-leases", daemon=True)
         self._heartbeat.start()
+
+    def _release_predecessors(self) -> None:
+        """What an earlier run of this worker held when it died goes back at once, rather than when its leases run
+        out."""
+        for lease in self.jobs.live_leases():
+            holder = LeaseHolder.parse(lease.worker)
+            if holder is not None and self.holder.succeeds(holder):
+                self.jobs.release_leases(lease.worker)
 
     @property
     def alive(self) -> bool:

@@ -1,6 +1,6 @@
 """One worker per GPU on one queue (here two CPU workers, one Postgres catalog, one S3-API bucket): items are claimed
 under leases, a worker killed mid-item has its item taken over once its lease runs out, and every sample is stored
-exactly once."""
+exactly once — also when both workers go by one name (a name is a label; leases belong to the process)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from client import FeatureClient
+from service.jobs.lease_holder import LeaseHolder
 from tests.conftest import REPO, ServerProcess, wait_for
 from tests.s3_server import Bucket
 from tests.slow_writes import PAUSE_ENV
@@ -64,10 +65,15 @@ def workers() -> Iterator[Callable[..., Worker]]:
         worker.stop()
 
 
-def _leases(postgres_url: str) -> dict[str, str | None]:
+def _leases(postgres_url: str) -> dict[str, LeaseHolder | None]:
+    """Pending items and the process holding each (None: nobody)."""
     with psycopg.connect(postgres_url) as conn:
         rows = conn.execute("SELECT idx || '/' || backend, lease_owner FROM job_items WHERE state = 'pending'")
-        return dict(rows.fetchall())
+        return {item: None if owner is None else LeaseHolder.parse(owner) for item, owner in rows.fetchall()}
+
+
+def _held_by(postgres_url: str, worker: Worker) -> list[str]:
+    return [i for i, h in _leases(postgres_url).items() if h is not None and h.pid == worker.proc.pid]
 
 
 def _half_written(bucket: Bucket) -> bool:
@@ -79,7 +85,15 @@ def _half_written(bucket: Bucket) -> bool:
     return any(f"{blob}/zarr.json" not in paths for blob in blobs)
 
 
+@pytest.mark.parametrize(
+    ("doomed_name", "survivor_name", "survivor_first"),
+    [("host-a:cuda:0", "host-b:cuda:1", False), ("vm:cpu", "vm:cpu", True)],
+    ids=["named-apart", "one-name-both-running"],
+)
 def test_a_worker_killed_mid_item_loses_it_to_the_other_and_every_sample_is_stored_once(
+    doomed_name: str,
+    survivor_name: str,
+    survivor_first: bool,
     server_process: Callable[..., ServerProcess],
     workers: Callable[..., Worker],
     bucket: Bucket,
@@ -103,14 +117,20 @@ def test_a_worker_killed_mid_item_loses_it_to_the_other_and_every_sample_is_stor
         time.sleep(1.0)
         assert client.job(job.id).done == 0  # nobody runs it yet: the API replica runs no jobs
 
-        doomed = workers({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "w1")}, "host-a:cuda:0", pause_s=60)
-        wait_for(lambda: "host-a:cuda:0" in _leases(postgres_url).values(), 120, "the first worker to claim an item")
-        held = [item for item, owner in _leases(postgres_url).items() if owner == "host-a:cuda:0"]
+        doomed = workers({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "w1")}, doomed_name, pause_s=60)
+        wait_for(lambda: _held_by(postgres_url, doomed), 120, "the first worker to claim an item")
+        held = _held_by(postgres_url, doomed)
+        assert {h.label for h in _leases(postgres_url).values() if h is not None} == {doomed_name}
         wait_for(lambda: _half_written(bucket), 60, "the first worker to be inside a blob's write")
+        survivor_env = {**shared, "HSSTORE_DATA_DIR": str(tmp_path / "w2")}
+        if survivor_first:  # its heartbeat runs while its namesake dies: it must not keep the dead one's leases
+            survivor = workers(survivor_env, survivor_name)
+            wait_for(lambda: "held as" in survivor.output(), 120, "the second worker to start")
         doomed.proc.send_signal(signal.SIGKILL)
         doomed.proc.wait(timeout=30)
 
-        survivor = workers({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "w2")}, "host-b:cuda:1")
+        if not survivor_first:
+            survivor = workers(survivor_env, survivor_name)
         wait_for(lambda: client.job(job.id).state == "done", 180, "the job to finish on the surviving worker")
         status = client.job(job.id)
         assert (status.done, status.failed, status.pending) == (len(samples), 0, 0)
