@@ -67,10 +67,11 @@ def print_jobs(jobs: list[JobStatus]) -> None:
 
 
 def print_job(job: JobStatus) -> None:
+    took = f" in {job.elapsed_s:,.1f} s" if job.elapsed_s is not None else ""
     rate = f", {job.tokens_per_s:,.0f} tok/s" if job.tokens_per_s else ""
     typer.echo(f"job {job.id}: {job_state(job)}")
     counts = f"{job.done} done, {job.failed} failed, {job.pending} pending of {job.total}"
-    typer.echo(f"  {counts}; {job.tokens:,} tokens{rate}")
+    typer.echo(f"  {counts}; {job.tokens:,} tokens{took}{rate}")
     typer.echo(f"  backends {', '.join(job.backends)}; featureset {job.featureset_id}; priority {job.priority}")
     typer.echo(f"  completion {job.completion or 'as the samples give it'}; created {moment(job.created_at)}")
     if job.error:

@@ -233,11 +233,14 @@ def warm(
                 f"--cancel {status.id}"
             )
         raise typer.Exit(INTERRUPTED) from None
+    took = f" in {status.elapsed_s:,.1f} s" if status.elapsed_s is not None else ""
     rate = f", {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
+    if status.tokens_per_worker_s and status.tokens_per_s and status.tokens_per_worker_s < 0.95 * status.tokens_per_s:
+        rate += f" ({status.tokens_per_worker_s:,.0f} per worker)"  # several workers shared it
     new = status.done - status.existing
     typer.echo(
         f"{status.state}: {new} new, {status.existing} already stored, {status.failed} failed, "
-        f"{status.tokens:,} tokens extracted{rate}"
+        f"{status.tokens:,} tokens extracted{took}{rate}"
     )
     for error in status.errors[:20]:
         typer.echo(f"  {samples.where(error.index)} ({error.backend}): {error.message}")

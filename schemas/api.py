@@ -228,8 +228,10 @@ class JobStatus(BaseModel):
     failed: int
     pending: int
     completions_fetched: int
-    tokens: int
-    tokens_per_s: float | None
+    tokens: int  # held by the entries the job stored (a killed worker's written but unrecorded ones included)
+    elapsed_s: float | None = None  # from its start to its end, or now
+    tokens_per_s: float | None  # the cluster's rate: tokens over elapsed_s, however many workers ran it
+    tokens_per_worker_s: float | None = None  # tokens over the seconds workers spent on it, summed
     waiting_for_window: bool = False
     created_at: str
     started_at: str | None

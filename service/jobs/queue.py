@@ -5,11 +5,13 @@ transaction."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from schemas.api import JobError, JobList, JobRequest, JobStatus, WorkerLease, WorkerList, greedy_tokens
 from schemas.featureset import FeatureSet
 from schemas.keys import MIN_PREFIX
 from schemas.states import ItemState, JobState
+from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
 from service.catalog.job_records import JobRecord, NewItem
 from service.catalog.protocol import JobStore
@@ -73,6 +75,7 @@ class JobQueue:
             counts.get(state, 0) for state in (ItemState.DONE, ItemState.FAILED, ItemState.PENDING)
         )
         window_open = self.gate.windows.state().open
+        elapsed = _elapsed_s(job)
         return JobStatus(
             id=job.id,
             state=job.state,
@@ -88,7 +91,9 @@ class JobQueue:
             pending=pending,
             completions_fetched=counts["completions_fetched"],
             tokens=job.tokens,
-            tokens_per_s=job.tokens / job.busy_s if job.busy_s > 0 else None,
+            elapsed_s=elapsed,
+            tokens_per_s=job.tokens / elapsed if elapsed else None,
+            tokens_per_worker_s=job.tokens / job.busy_s if job.busy_s > 0 else None,
             waiting_for_window=pending > 0 and not job.run_now and not window_open and job.state.active,
             created_at=job.created_at,
             started_at=job.started_at,
@@ -111,3 +116,11 @@ class JobQueue:
         if job.state.active:
             self.jobs.set_job_state(job.id, JobState.CANCELLED, finished_at=utc_now())
         return self.status(job.id)
+
+
+def _elapsed_s(job: JobRecord) -> float | None:
+    """Wall time from the job's start to its end (or now): the cluster's time, however many workers ran it."""
+    if job.started_at is None:
+        return None
+    end = parse_time(job.finished_at) if job.finished_at else datetime.now(UTC)
+    return max((end - parse_time(job.started_at)).total_seconds(), 0.0)

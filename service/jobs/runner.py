@@ -17,7 +17,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
+from schemas.manifest import Manifest
 from schemas.states import CompletionSource, ExtractStatus, ItemState, JobState
+from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
 from service.catalog.job_records import JobItem, JobRecord
 from service.catalog.protocol import JobStore
@@ -217,7 +219,7 @@ class JobRunner:
             else:
                 digest = outcome.manifest.content_hash
                 recorded = self.jobs.finish_item(item, ItemState.DONE, content_hash=digest, worker=self.worker)
-                found = outcome.status == ExtractStatus.EXISTING
+                found = outcome.status == ExtractStatus.EXISTING and not _made_for(job, outcome.manifest)
                 tokens += outcome.manifest.num_tokens if recorded and not found else 0
                 existing += int(recorded and found)
             if not recorded:  # our lease ran out and another worker took the item: its outcome is the same entry
@@ -333,3 +335,10 @@ class JobRunner:
     def _emit(self, event: str) -> None:
         if self.on_event is not None:
             self.on_event(event)
+
+
+def _made_for(job: JobRecord, manifest: Manifest) -> bool:
+    """An entry found stored that was made after the job was submitted: a worker killed after writing it, before
+    recording its item (or a request that extracted the same key meanwhile). Its tokens are the job's work, not
+    something already stored."""
+    return parse_time(manifest.created_at) >= parse_time(job.created_at)
