@@ -103,7 +103,7 @@ def build_models(
         cache = settings.data_dir / "model_revisions.json"
         revision = model_revision_for(settings.model_dir, kv, cache, settings.run_jobs, writable)
         spec = load_spec(settings.model_dir, revision, settings.device)
-    if loaded is None and settings.preload:
+    if loaded is None and settings.preload and settings.run_jobs:
         loaded = load_weights(spec, settings.attn_implementation, settings.device)
     return ModelManager(
         spec,
@@ -122,6 +122,7 @@ def build_models(
         memory_wait_s=settings.memory_wait_s,
         preloaded=loaded if (settings.preload or loaded is not None) else None,
         on_event=on_event,
+        loads_weights=settings.run_jobs or loaded is not None,
     )
 
 
@@ -260,7 +261,14 @@ def startup_lines(services: Services) -> list[str]:
         lines.append("model: none: serves stored features and takes imports; extraction is refused")
     else:
         spec = models.spec
-        when = "loaded" if models.loaded else "loaded when a window opens (SGLang has the GPU until then)"
+        if models.loaded:
+            when = "loaded"
+        elif not models.loads_weights:
+            when = "config and tokenizer only: submissions are tokenised here, the cluster's workers extract"
+        elif services.windows.enforced:
+            when = "loaded when a window opens (SGLang has the GPU until then)"
+        else:
+            when = "loaded at the first extraction"
         lines.append(f"model: {spec.path} ({spec.info().architecture}, {spec.num_layers} layers), {when}")
         lines.append(f"model_revision: {spec.revision}")
         try:
@@ -282,7 +290,9 @@ def startup_lines(services: Services) -> list[str]:
         can = "read" if services.store.read_only else "read and write"
         meant = ", allow_anonymous" if settings.allow_anonymous else ""
         lines.append(f"auth: off (no tokens configured{meant}: whoever reaches this port can {can})")
-    if services.windows.enforced:
+    if models is not None and not models.loads_weights:
+        lines.append("extraction: by `hsstore worker` processes (run_jobs=false: this replica loads no weights)")
+    elif services.windows.enforced:
         schedule = "; ".join(settings.windows) or "manual only"
         lines.append(f"extraction windows: {schedule}; hand-over: {settings.handover}")
     else:

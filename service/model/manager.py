@@ -40,8 +40,12 @@ class ModelManager(Generic[E]):
         memory_wait_s: float = 300.0,
         preloaded: LoadedModel | None = None,
         on_event: Callable[[str], None] | None = None,
+        loads_weights: bool = True,
     ) -> None:
+        """`loads_weights`: False on an API replica of a cluster (its workers own the GPUs): the spec (config,
+        tokenizer, revision) serves submissions and estimates, and nothing here ever loads the weights."""
         self.spec = spec
+        self.loads_weights = loads_weights
         self.make_extractor = make_extractor
         self.handover = handover
         self.ledger = ledger
@@ -95,6 +99,11 @@ class ModelManager(Generic[E]):
             return True
 
     def _load(self) -> None:
+        if not self.loads_weights:
+            raise ModelUnavailable(
+                "this replica extracts nothing itself (run_jobs=false: the cluster's workers own the GPUs); submit a "
+                "job instead (`hsstore warm`, POST /v1/jobs), which the workers run"
+            )
         if self.handover.name != "none":
             self.ledger.mark_released()  # before asking: a crash from here on is finished at the next start
             self.emit("release")
