@@ -3,13 +3,16 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
 
   anchor   the entries exported with `hsstore export --format specforge`, read back with torch.load(mmap=True) +
            pad_collate: what a SpecForge user has (no decode, no verification)
-  cache    the client's disk cache, every chunk verified against its write-time digest
+  cache    the client's disk cache, every chunk verified against its write-time digest as `pad_collate` copies it
+           into the batch (`fetch_sample`)
   service  `hsstore serve --processes P` over loopback (a model-less read replica), verified
   direct   chunks read straight from an S3-API server (moto here, which bounds it: its own raw ranged-GET rate is
            reported beside it), verified
   gpu-*    batches landed in device memory by `DeviceFeed` behind a synthetic 100 ms step (CUDA only), from
-             gpu-staged   the cache, collated into pageable memory, which DeviceFeed copies into its pinned slots
-             gpu-cache    the cache, collated straight into pinned memory (`pad_collate(..., pin_memory=True)`)
+             gpu-staged   the cache (checked, then copied), collated into pageable memory, which DeviceFeed copies
+                          into its pinned slots: the path before `fetch_sample` and pinned collation
+             gpu-cache    the cache (`fetch_sample`), collated straight into pinned memory (`pad_collate(...,
+                          pin_memory=True)`)
              gpu-service  the service, collated straight into pinned memory
            pinned memory is allocated before the clock starts (a trainer pays for it once, in its first batches)
 
@@ -46,6 +49,7 @@ GB = 1e9
 ROOT = Path(__file__).resolve().parents[1]
 CPU_VARIANTS = ("anchor", "cache", "service", "direct")
 GPU_VARIANTS = {"gpu-staged": ("cache", False), "gpu-cache": ("cache", True), "gpu-service": ("service", True)}
+CHECKED_ON_COPY = ("cache", "gpu-cache")  # `fetch_sample`: the cache's chunks checked as they are collated
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
 
 
@@ -75,7 +79,7 @@ def measure(spec: dict) -> dict:
             return {"hidden_states": hidden, "input_ids": ids, "content_hash": key.content_hash}
 
     else:
-        from client.torch_data import to_sample
+        from client.torch_data import fetch_sample, to_sample
 
         url = spec["direct_url"] if source_variant == "direct" else spec["url"]
         client = FeatureClient(
@@ -86,6 +90,8 @@ def measure(spec: dict) -> dict:
         )
 
         def sample(key: FeatureKey) -> dict:
+            if spec["variant"] in CHECKED_ON_COPY:  # hidden states checked as pad_collate copies them
+                return fetch_sample(client, key)
             return to_sample(client.fetch(key))
 
     def assemble(keys_of_batch: list[FeatureKey]) -> dict:

@@ -42,6 +42,7 @@ _TORCH_DATA = {
     "DeviceFeed": "client.device_feed",
     "EntryStream": "client.torch_data",
     "FeatureDataset": "client.torch_data",
+    "fetch_sample": "client.torch_data",
     "pack_collate": "client.torch_data",
     "pad_collate": "client.torch_data",
 }
@@ -93,6 +94,7 @@ __all__ = [
     "TopK",
     "WindowClosedError",
     "check_backends",
+    "fetch_sample",
     "kl_to_student",
     "live_backend",
     "pack_collate",

@@ -15,6 +15,7 @@ readable through its mmap.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import mmap
 import os
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
-from client.receive import verify_decoded
+from client.receive import CheckedCopy, verify_decoded
 from schemas import datasets, wire
 from schemas.datasets import DatasetIndex
 from schemas.files import atomic_write
@@ -46,6 +47,16 @@ class FeatureCache:
 
     def get(self, content_hash: str) -> Features | None:
         """The verified full entry, or None if it is not cached (or was damaged, and so dropped)."""
+        found = self._read(content_hash, None)
+        return found[0] if found is not None else None
+
+    def get_for_copy(self, content_hash: str, name: str) -> tuple[Features, CheckedCopy | None] | None:
+        """The entry with tensor `name` left out of its tensors and handed over as a `CheckedCopy` instead (checked
+        as it is copied out), everything else verified; the copy is None where the entry was verified whole (no chunk
+        digests: its content hash). None if it is not cached (or was damaged, and so dropped)."""
+        return self._read(content_hash, name)
+
+    def _read(self, content_hash: str, deferred: str | None) -> tuple[Features, CheckedCopy | None] | None:
         path = self._path(content_hash)
         try:
             with path.open("rb") as handle:
@@ -53,8 +64,20 @@ class FeatureCache:
                 body = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
         except (FileNotFoundError, ValueError):
             return None
+        copies: list[CheckedCopy] = []
+
+        def by_chunks(features: Features) -> bool:
+            if deferred is None or deferred not in features.tensors:
+                return verify_decoded(features)
+            if not verify_decoded(features, defer=frozenset({deferred})):
+                return False
+            chunks = features.manifest.tensors[deferred].chunks
+            assert chunks is not None  # verify_decoded checked every tensor has its digests
+            copies.append(CheckedCopy(features.tensors[deferred], chunks, lambda: path.unlink(missing_ok=True)))
+            return True
+
         try:
-            features = decode_verified(body, verify_decoded)
+            features = decode_verified(body, by_chunks)
         except IntegrityError:
             path.unlink(missing_ok=True)
             return None
@@ -63,7 +86,10 @@ class FeatureCache:
             return None
         with contextlib.suppress(FileNotFoundError):  # evicted meanwhile: the mmap still holds it
             os.utime(path)  # most recently used
-        return features
+        if not copies:
+            return features, None
+        rest = {name: tensor for name, tensor in features.tensors.items() if name != deferred}
+        return dataclasses.replace(features, tensors=rest), copies[0]
 
     def put(self, features: Features) -> None:
         """Keep a verified full entry; slices are not cached (their hash covers only themselves)."""

@@ -24,20 +24,25 @@ from client.client import FeatureClient
 from client.errors import StoreUnavailableError
 from client.features import Features
 from client.keys import KeyLike, batch_item
+from client.receive import CheckedCopy
 from schemas.api import BatchItem
 from schemas.featureset import LayerId
-from schemas.manifest import HIDDEN_SCALES, Manifest
+from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, Manifest
+from schemas.tensors import DTYPES
+from schemas.torch_tensors import TORCH_DTYPES
 
 Sample = dict[str, Any]
 
 
-def to_sample(features: Features, dequantise: bool = True) -> Sample:
+def to_sample(features: Features, dequantise: bool = True, hidden: CheckedCopy | None = None) -> Sample:
     """A training sample. An fp8 featureset's hidden states are dequantised to bfloat16 here unless `dequantise` is
     False: then `hidden_states` is the float8 as stored and `hidden_scales` its scales [T, L] (half the bytes to
-    move; `DeviceFeed` dequantises them on the GPU)."""
-    if not dequantise and HIDDEN_SCALES in features.tensors:
+    move; `DeviceFeed` dequantises them on the GPU). `hidden`: the hidden states as a `CheckedCopy` (`fetch_sample`)."""
+    if hidden is not None:
+        sample: Sample = {"hidden_states": hidden}
+    elif not dequantise and HIDDEN_SCALES in features.tensors:
         hidden, scales = features.fp8
-        sample: Sample = {"hidden_states": hidden, "hidden_scales": scales}
+        sample = {"hidden_states": hidden, "hidden_scales": scales}
     else:
         sample = {"hidden_states": features.hidden_states}
     sample |= {
@@ -52,6 +57,23 @@ def to_sample(features: Features, dequantise: bool = True) -> Sample:
     if (teacher := features.teacher) is not None:
         sample.update(topk_ids=teacher.ids, topk_logprobs=teacher.logprobs, topk_mass=teacher.mass)
     return sample
+
+
+def fetch_sample(client: FeatureClient, key: Manifest | KeyLike) -> Sample:
+    """`to_sample(client.fetch(key))` for `pad_collate`, except that a bfloat16 entry in the client's cache comes
+    with its hidden_states as a `CheckedCopy`, whose chunks `pad_collate` checks against their write-time digests as
+    it copies them into the batch: one pass over the features instead of a check and then a copy (the host's memory
+    bandwidth is what bounds a batch's way to the GPU). Only `pad_collate` turns such a sample into tensors."""
+    item = key_of(key)
+    cache = client.cache
+    if cache is not None and item.content_hash is not None and item.layers is None and item.tokens is None:
+        found = cache.get_for_copy(item.content_hash, HIDDEN_STATES)
+        if found is not None:
+            features, copy = found
+            if HIDDEN_SCALES in features.tensors and copy is not None:  # fp8: dequantised from the checked values
+                return to_sample(client.fetch(item.key))
+            return to_sample(features, hidden=copy)
+    return to_sample(client.fetch(item.key))
 
 
 def key_of(item: Manifest | KeyLike) -> BatchItem:
@@ -242,9 +264,10 @@ def pad_collate(samples: list[Sample], pin_memory: bool = False) -> dict[str, An
     lengths = [s["input_ids"].shape[0] for s in samples]
     longest = max(lengths)
     first = samples[0]["hidden_states"]
+    dtype = TORCH_DTYPES[first.dtype] if isinstance(first, CheckedCopy) else first.dtype
     # not zeros: zero-filling the whole batch costs a pass over it (torch.zeros ran at 1.4 GB/s per core on the GPU
     # host, half the loader's time); only the pads are zeroed, below
-    hidden = first.new_empty((len(samples), longest, *first.shape[1:]), pin_memory=pin_memory)
+    hidden = torch.empty((len(samples), longest, *first.shape[1:]), dtype=dtype, pin_memory=pin_memory)
     batch: dict[str, Any] = {
         "hidden_states": hidden,
         "input_ids": torch.zeros((len(samples), longest), dtype=torch.long, pin_memory=pin_memory),
@@ -256,13 +279,21 @@ def pad_collate(samples: list[Sample], pin_memory: bool = False) -> dict[str, An
     for name, values in per_token.items():
         shape, dtype = (len(samples), longest, *values[0].shape[1:]), _collated_dtype(values[0])
         batch[name] = torch.zeros(shape, dtype=dtype, pin_memory=pin_memory)
+    copying: list[tuple[CheckedCopy, list]] = []
     for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
-        hidden[row, :length] = sample["hidden_states"]
+        source = sample["hidden_states"]
+        if isinstance(source, CheckedCopy):  # checked chunk by chunk as it lands, on the decode pool
+            out = hidden[row, :length].view(torch.uint8).numpy().view(DTYPES[source.dtype][1])
+            copying.append((source, source.start_copy(out.reshape(source.shape))))
+        else:
+            hidden[row, :length] = source
         hidden[row, length:] = 0
         batch["input_ids"][row, :length] = sample["input_ids"]
         batch["attention_mask"][row, :length] = True
         for name, values in per_token.items():
             batch[name][row, :length] = values[row]
+    for source, checks in copying:
+        source.finish(checks)
     return batch
 
 

@@ -18,12 +18,16 @@ from client import (
     FeatureCache,
     FeatureClient,
     FeatureDataset,
+    IntegrityError,
     InvalidRequestError,
     NotFoundError,
+    fetch_sample,
     pack_collate,
     pad_collate,
 )
 from client.client import WireFormat
+from client.receive import CheckedCopy
+from client.torch_data import to_sample
 from schemas import chunk_wire
 from tests.conftest import wait_for
 
@@ -131,6 +135,34 @@ def test_cache_is_bounded_lru_and_drops_damaged_files(
             damaged[position] ^= 1
             victim.write_bytes(damaged)
             assert cache.get(stored[0].content_hash) is None and not victim.exists()
+
+
+def test_cached_hidden_states_checked_as_they_are_collated_give_the_batch_of_the_ordinary_path(
+    client: FeatureClient, stored: list, tmp_path: Path
+) -> None:
+    """`fetch_sample` hands a cached entry's hidden states over as a `CheckedCopy`: nothing can read them but
+    `pad_collate`, which checks every chunk against its write-time digest as it copies it in, and gives the batch
+    the ordinary path gives; a damaged chunk fails the batch and drops the file."""
+    cache = FeatureCache(tmp_path / "c")
+    with FeatureClient(str(client._http.base_url), cache=cache) as cached:
+        keys = [m.feature_key() for m in stored[:4]]
+        ordinary = pad_collate([to_sample(cached.fetch(k)) for k in keys])  # fills the cache, verified whole
+        samples = [fetch_sample(cached, k) for k in keys]
+        assert all(isinstance(s["hidden_states"], CheckedCopy) for s in samples)
+        checked = pad_collate(samples)
+        for name, value in ordinary.items():
+            assert torch.equal(checked[name], value) if isinstance(value, torch.Tensor) else checked[name] == value
+        victim = cache._path(stored[2].content_hash)
+        intact = victim.read_bytes()
+        damaged = bytearray(intact)
+        damaged[len(intact) // 2] ^= 1  # inside hidden_states, the body's bulk
+        victim.write_bytes(damaged)
+        with pytest.raises(IntegrityError, match="hidden_states: a chunk differs"):
+            pad_collate([fetch_sample(cached, k) for k in keys])
+        assert not victim.exists()
+        assert torch.equal(
+            pad_collate([fetch_sample(cached, k) for k in keys])["hidden_states"], ordinary["hidden_states"]
+        )
 
 
 def test_dataloader_two_workers_reads_every_entry_once(live_url: str, stored: list, tmp_path: Path) -> None:
