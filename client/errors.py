@@ -44,6 +44,11 @@ class NonFiniteError(InvalidRequestError):
     """The model produced NaN or Inf for a sample; nothing was stored."""
 
 
+class ImplausibleError(InvalidRequestError):
+    """Features that cannot be what a model computes (constant layers or rows, statistics far outside their
+    band); nothing was stored. The message names the check."""
+
+
 class TooLargeError(InvalidRequestError):
     pass
 
@@ -131,6 +136,7 @@ BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
     ErrorCode.UNSUPPORTED_MEDIA: InvalidRequestError,
     ErrorCode.INVALID_SAMPLE: SampleRejectedError,
     ErrorCode.NON_FINITE: NonFiniteError,
+    ErrorCode.IMPLAUSIBLE: ImplausibleError,
     ErrorCode.TOO_LARGE: TooLargeError,
     ErrorCode.UNAUTHORIZED: AuthError,
     ErrorCode.FORBIDDEN: ForbiddenError,

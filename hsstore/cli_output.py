@@ -46,7 +46,9 @@ def print_entries(entries: list[Manifest]) -> None:
             m.backend,
             m.featureset_id,
             contents[m.content_hash],
-            moment(m.created_at) + ("  CORRUPT" if m.integrity and m.integrity.status == "corrupt" else ""),
+            moment(m.created_at)
+            + ("  CORRUPT" if m.integrity and m.integrity.status == "corrupt" else "")
+            + ("  FLAGGED" if m.content_flags else ""),
         )
         for m in entries
     ]

@@ -15,6 +15,7 @@ class ErrorCode(StrEnum):
     INVALID_REQUEST = "invalid_request"
     INVALID_SAMPLE = "invalid_sample"
     NON_FINITE = "non_finite_features"
+    IMPLAUSIBLE = "implausible_features"  # 422: constant layers or rows, statistics far outside their band
     TOO_LARGE = "too_large"
     UNSUPPORTED_MEDIA = "unsupported_media"
     METHOD_NOT_ALLOWED = "method_not_allowed"

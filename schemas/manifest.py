@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.backend import Fingerprint
 from schemas.chunks import ChunkDigests
@@ -92,6 +92,8 @@ class Manifest(BaseModel):
     seq: int | None = None  # the catalog's order of insertion; set when read back from the catalog
     audit: AuditRecord | None = None  # set by the catalog when this version has been audited
     integrity: IntegrityRecord | None = None  # set by the catalog when its stored bytes have been checked
+    # what the write-time content checks found unusual but plausible: stored, and shown wherever the entry is
+    content_flags: list[str] = Field(default_factory=list)
 
     @property
     def key(self) -> EntryKey:

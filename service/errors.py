@@ -25,6 +25,12 @@ class NonFiniteFeatures(HsstoreError):
     code = ErrorCode.NON_FINITE
 
 
+class ImplausibleFeatures(HsstoreError):
+    """Features that hash fine but cannot be what a model computes (service/core/content_checks.py)."""
+
+    code = ErrorCode.IMPLAUSIBLE
+
+
 class TooLarge(HsstoreError):
     code = ErrorCode.TOO_LARGE
 

@@ -42,6 +42,7 @@ from service.catalog import (
 from service.catalog.migrations import PartSchema
 from service.catalog.protocol import Database
 from service.core.auditor import Auditor
+from service.core.content_checks import ContentChecks
 from service.core.datasets import Datasets
 from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
@@ -208,7 +209,15 @@ def build_services(
     preparer = RequestPreparer(settings.default_backend, settings.max_sample_tokens)
     metrics = Metrics()
     reader = FeatureReader(store, versions, settings.verify_reads)
-    writer = FeatureWriter(store, versions, gate, preparer, metrics, settings.writer_threads)
+    checks = ContentChecks(
+        versions,
+        settings.content_constant_rows,
+        settings.content_band_entries,
+        settings.content_band_min_entries,
+        settings.content_flag_z,
+        settings.content_refuse_z,
+    )
+    writer = FeatureWriter(store, versions, gate, preparer, metrics, checks, settings.writer_threads)
     verifier = Verifier(store, versions, kv)
     runner = None
     if models is not None and settings.run_jobs:
@@ -244,7 +253,7 @@ def build_services(
         verifier=verifier,
         datasets=Datasets(reader.resolve, versions, store, kv),
         estimator=Estimator(gate, preparer, versions, store, job_store, settings.codec),
-        importer=FeatureImporter(writer, versions, gate, settings.max_sample_tokens),
+        importer=FeatureImporter(writer, versions, gate, checks, settings.max_sample_tokens),
         rebuilder=CatalogRebuilder(store, versions),
         queue=JobQueue(job_store, gate, preparer),
         runner=runner,

@@ -121,6 +121,21 @@ class Settings(BaseSettings):
     )
     writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
 
+    # Write-time content checks (service/core/content_checks.py): what extraction and imports refuse or flag
+    content_constant_rows: float = Field(
+        default=0.25, ge=0, le=1, description="refuse an entry where more than this share of a layer's rows is constant"
+    )
+    content_band_entries: int = Field(
+        default=64, ge=0, description="how many of a key space's first entries make its band of layer statistics"
+    )
+    content_band_min_entries: int = Field(default=16, ge=2, description="judge against the band only once it has these")
+    content_flag_z: float = Field(
+        default=8.0,
+        gt=0,
+        description="robust z-score of a layer's std or absmax (log) against the band: store and flag",
+    )
+    content_refuse_z: float = Field(default=40.0, gt=0, description="the same z-score at which the entry is refused")
+
     # Downtime windows and the GPU hand-over with SGLang
     windows: list[str] = Field(default_factory=list, description='schedule, e.g. ["Mon-Fri 02:00-03:30 UTC"]')
     window_margin_s: float = Field(default=300.0, ge=0, description="stop taking batches this long before a close")

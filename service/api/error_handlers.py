@@ -19,6 +19,7 @@ log = logging.getLogger("hsstore")
 STATUS: dict[type[errors.HsstoreError], int] = {
     errors.InvalidRequest: 422,
     errors.NonFiniteFeatures: 422,
+    errors.ImplausibleFeatures: 422,
     errors.TooLarge: 413,
     errors.EntryNotFound: 404,
     errors.JobNotFound: 404,

@@ -23,18 +23,27 @@ from schemas.tensors import RawTensor
 from schemas.timestamps import utc_now
 from schemas.torch_tensors import to_torch
 from service.catalog.protocol import VersionCatalog
+from service.core.content_checks import ContentChecks
 from service.core.gate import ExtractionGate
 from service.core.writer import FeatureWriter
 from service.errors import InvalidRequest, InvalidSample
-from service.extraction.stats import layer_stats, layer_summary
+from service.extraction.stats import constant_rows, layer_stats, layer_summary
 
 _LAYOUT = {HIDDEN_STATES: "bfloat16", "input_ids": "int32", "loss_mask": "uint8"}
 _REQUIRED = (HIDDEN_STATES, "input_ids")
 
 
 class FeatureImporter:
-    def __init__(self, writer: FeatureWriter, versions: VersionCatalog, gate: ExtractionGate, max_tokens: int) -> None:
+    def __init__(
+        self,
+        writer: FeatureWriter,
+        versions: VersionCatalog,
+        gate: ExtractionGate,
+        checks: ContentChecks,
+        max_tokens: int,
+    ) -> None:
         self.writer = writer
+        self.checks = checks
         self.versions = versions
         self.gate = gate
         self.max_tokens = max_tokens
@@ -58,7 +67,8 @@ class FeatureImporter:
         if request.prompt_tokens > tokens:
             raise InvalidRequest(f"prompt_tokens {request.prompt_tokens} exceed the {tokens} tokens sent")
         hidden = to_torch(tensors[HIDDEN_STATES])
-        stats = layer_stats(layer_summary(hidden), list(featureset.layers), request.source)  # refuses NaN / Inf
+        summary = layer_summary(hidden)
+        stats = layer_stats(summary, list(featureset.layers), request.source)  # refuses NaN / Inf
         backend = request.backend or UNKNOWN_BACKEND
         stated = backend != UNKNOWN_BACKEND
         if stated:
@@ -66,6 +76,7 @@ class FeatureImporter:
                 f"backend {backend!r} is as the importer stated it, not measured: the manifest records it as stated"
             )
         key = EntryKey(parsed.prompt_hash, request.model_revision, backend, featureset.id)
+        flags = self.checks.check(key, stats, constant_rows(summary), tokens)
         existing = self.versions.versions(key)
         measured = [m for m in existing if m.fingerprint.imported_from is None]
         if measured and request.content_hash not in {m.content_hash for m in existing}:
@@ -91,6 +102,7 @@ class FeatureImporter:
             layer_stats=stats,
             fingerprint=Fingerprint.of_import(request.source, stated),
             created_at=utc_now(),
+            content_flags=flags,
         )
         if (actual := content_hash(tensors.values())) != request.content_hash:
             raise InvalidRequest(f"the tensors sent hash to {actual}, not to the content hash {request.content_hash}")

@@ -22,6 +22,7 @@ from schemas.states import CompletionSource, ExtractStatus, Integrity
 from schemas.tensors import RawTensor
 from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
+from service.core.content_checks import ContentChecks
 from service.core.gate import ExtractionGate
 from service.core.prepare import PreparedSample, RequestPreparer
 from service.core.single_flight import SingleFlight
@@ -66,9 +67,11 @@ class FeatureWriter:
         gate: ExtractionGate,
         preparer: RequestPreparer,
         metrics: Metrics,
+        checks: ContentChecks,
         writer_threads: int = 4,
     ) -> None:
         self.store = store
+        self.checks = checks
         self.versions = versions
         self.gate = gate
         self.preparer = preparer
@@ -116,8 +119,11 @@ class FeatureWriter:
             parsed = samples[index].parsed
             try:
                 extraction = pending.wait()
+                tokens = extraction.prompt_tokens + extraction.completion_tokens
+                flags = self.checks.check(key, extraction.layer_stats, extraction.constant_rows, tokens)
                 # _manifest hashed the tensors just now: record them without hashing again
-                stored, added = self._record(_manifest(key, featureset, parsed, extraction), extraction.tensors)
+                manifest = _manifest(key, featureset, parsed, extraction, flags)
+                stored, added = self._record(manifest, extraction.tensors)
             except BaseException as exc:
                 self._flights.land(key, led[key], error=exc)
                 raise
@@ -227,7 +233,9 @@ def _result(parsed: ParsedSample, status: ExtractStatus, manifest: Manifest) -> 
     return ExtractResult(prompt_hash=parsed.prompt_hash, sample_id=parsed.label, status=status, manifest=manifest)
 
 
-def _manifest(key: EntryKey, featureset: FeatureSet, parsed: ParsedSample, extraction: Extraction) -> Manifest:
+def _manifest(
+    key: EntryKey, featureset: FeatureSet, parsed: ParsedSample, extraction: Extraction, flags: list[str]
+) -> Manifest:
     return Manifest(
         prompt_hash=key.prompt_hash,
         model_revision=key.model_revision,
@@ -245,4 +253,5 @@ def _manifest(key: EntryKey, featureset: FeatureSet, parsed: ParsedSample, extra
         layer_stats=extraction.layer_stats,
         fingerprint=extraction.fingerprint,
         created_at=utc_now(),
+        content_flags=flags,
     )

@@ -26,7 +26,7 @@ from schemas.torch_tensors import from_torch
 from service.extraction.batching import describe, plan_batches
 from service.extraction.lean_forward import capture, chunked_heads
 from service.extraction.packing import Pack, PackPolicy, pack_inputs, per_sequence, plan_packs
-from service.extraction.stats import layer_stats, layer_summary
+from service.extraction.stats import constant_rows, layer_stats, layer_summary
 from service.model.encode import EncodedPrompt
 from service.model.fused import EAGER, FUSED, FusedForwards
 from service.model.kernels import version_of
@@ -47,6 +47,7 @@ _SUMMARY = "layer summary"
 class Extraction:
     tensors: list[RawTensor]
     layer_stats: list[LayerStats]
+    constant_rows: list[int]  # per layer, rows (tokens) with one value throughout: what content checks judge
     fingerprint: Fingerprint
     prompt_tokens: int
     completion_tokens: int
@@ -90,6 +91,7 @@ class PendingExtraction:
         return Extraction(
             tensors=[from_torch(name, tensor) for name, tensor in self._host.items()],
             layer_stats=layer_stats(self._summary, labels.layers, labels.label),
+            constant_rows=constant_rows(self._summary),
             fingerprint=labels.fingerprint,
             prompt_tokens=labels.prompt_tokens,
             completion_tokens=labels.completion_tokens,

@@ -14,17 +14,21 @@ from service.errors import NonFiniteFeatures
 
 
 def layer_summary(hidden_states: torch.Tensor) -> torch.Tensor:
-    """`hidden_states` [T, n_layers, H] -> float32 [n_layers, 4]: mean, std, absmax, all-finite (1.0 or 0.0). One
-    layer at a time in float32, so the extra memory is one layer's, not the whole tensor's; no device sync."""
+    """`hidden_states` [T, n_layers, H] -> float32 [n_layers, 5]: mean, std, absmax, all-finite (1.0 or 0.0), and
+    how many of its rows (tokens) are constant. One layer at a time in float32, so the extra memory is one layer's,
+    not the whole tensor's; no device sync."""
     rows = []
     for position in range(hidden_states.shape[1]):
         values = hidden_states[:, position].float()
-        rows.append(
-            torch.stack(
-                [values.mean(), values.std(correction=0), values.abs().amax(), torch.isfinite(values).all().float()]
-            )
-        )
+        constant = (values.amax(dim=-1) == values.amin(dim=-1)).sum().float()
+        finite = torch.isfinite(values).all().float()
+        rows.append(torch.stack([values.mean(), values.std(correction=0), values.abs().amax(), finite, constant]))
     return torch.stack(rows)
+
+
+def constant_rows(summary: torch.Tensor) -> list[int]:
+    """Per layer, how many of its rows the summary found constant (all-zero rows among them)."""
+    return [int(count) for count in summary[:, 4].tolist()]
 
 
 def layer_stats(summary: torch.Tensor, layers: list[LayerId], label: str) -> list[LayerStats]:

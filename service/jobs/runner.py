@@ -26,7 +26,14 @@ from service.catalog.protocol import JobStore
 from service.core.prepare import RequestPreparer
 from service.core.windows import Windows
 from service.core.writer import FeatureWriter
-from service.errors import BackendUnavailable, InvalidRequest, NonFiniteFeatures, SGLangUnavailable, TooLarge
+from service.errors import (
+    BackendUnavailable,
+    ImplausibleFeatures,
+    InvalidRequest,
+    NonFiniteFeatures,
+    SGLangUnavailable,
+    TooLarge,
+)
 from service.extraction.extractor import Extractor
 from service.host.sglang import SGLangClient
 from service.jobs.lease_holder import LeaseHolder
@@ -34,7 +41,7 @@ from service.model.manager import ModelManager
 
 log = logging.getLogger("hsstore.jobs")
 # Errors that belong to one sample: the sample fails, the job goes on. Anything else is the host's trouble.
-SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, BackendUnavailable)
+SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, ImplausibleFeatures, BackendUnavailable)
 MAX_HOST_FAILURES = 3
 SGLANG_BACKOFF_S = (1.0, 60.0)  # first and longest pause after SGLang failed a /generate
 

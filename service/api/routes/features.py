@@ -23,12 +23,15 @@ FRAMES = "application/x-hsstore-frames"
 
 
 def _key_headers(manifest: Manifest) -> dict[str, str]:
-    return {
+    headers = {
         "X-Hsstore-Content-Hash": manifest.content_hash,
         "X-Hsstore-Backend": manifest.backend,
         "X-Hsstore-Model-Revision": manifest.model_revision,
         "X-Hsstore-Featureset": manifest.featureset_id,
     }
+    if manifest.content_flags:  # stored but unusual (service/core/content_checks.py)
+        headers["X-Hsstore-Content-Flags"] = "; ".join(manifest.content_flags)[:2000]
+    return headers
 
 
 def _part_headers(part: Part) -> dict[str, str]:

@@ -1,0 +1,101 @@
+"""Features that hash fine but no model computed are refused at write time, from extraction and import alike: a
+constant (all-zero) layer, a layer with many constant rows, statistics far outside the band of the key space's
+earlier entries; unusual but plausible ones are stored and flagged, and reads say so."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import torch
+
+from client import FeatureClient, ImplausibleError
+from schemas import wire
+from schemas.api import IMPORT_METADATA, ImportRequest
+from schemas.content_hash import content_hash
+from schemas.torch_tensors import from_torch
+from service.model.loader import LoadedModel
+
+HIDDEN = 64  # the tiny model's
+
+
+@contextmanager
+def layer_output(loaded: LoadedModel, layer: int, change: Callable[[torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    """A decoder layer whose output is changed on its way out, as a broken kernel would change it."""
+
+    def hook(_module: object, _args: object, output: object) -> object:
+        if isinstance(output, tuple):
+            return (change(output[0]), *output[1:])
+        return change(output)  # type: ignore[arg-type]
+
+    handle = loaded.body.layers[layer].register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def _half_rows_zero(hidden: torch.Tensor) -> torch.Tensor:
+    out = hidden.clone()
+    out[:, : hidden.shape[1] // 2] = 0
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [(torch.zeros_like, "is constant over all"), (_half_rows_zero, "rows are constant")],
+    ids=["all-zero-layer", "zero-rows"],
+)
+def test_extraction_refuses_features_no_model_computes(
+    client: FeatureClient, tiny_loaded: LoadedModel, change: Callable, why: str
+) -> None:
+    sample = {"text": "def handler(event):\n    return event['body']\n" * 3}
+    with layer_output(tiny_loaded, 2, change), pytest.raises(ImplausibleError, match=why):
+        client.extract([sample], featureset=[1, 2])
+    assert list(client.entries()) == []  # nothing was stored
+    assert client.extract([sample], featureset=[1, 2]).extracted == 1  # the same sample, computed right
+
+
+def _import(http: httpx.Client, revision: str, hidden: torch.Tensor, first_id: int) -> httpx.Response:
+    ids = torch.arange(first_id, first_id + hidden.shape[0], dtype=torch.int32)
+    tensors = [from_torch("hidden_states", hidden.to(torch.bfloat16)), from_torch("input_ids", ids)]
+    request = ImportRequest(
+        sample={"token_ids": ids.tolist()},
+        layers=[1, 3],
+        model_revision=revision,
+        source="test:content-checks",
+        content_hash=content_hash(tensors),
+        prompt_tokens=hidden.shape[0],
+    )
+    body = b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
+    return http.post("/v1/entries:import", content=body)
+
+
+def test_imports_are_refused_when_constant_and_flagged_or_refused_outside_their_band(
+    http: httpx.Client, tiny_loaded: LoadedModel
+) -> None:
+    generator = torch.Generator().manual_seed(0)
+
+    def states(scale: float = 1.0) -> torch.Tensor:
+        return torch.randn((40, 2, HIDDEN), generator=generator) * scale
+
+    revision = tiny_loaded.revision
+    zero_layer = states()
+    zero_layer[:, 1] = 0
+    for refused, first_id in ((zero_layer, 10), (_half_rows_zero(states().transpose(0, 1)).transpose(0, 1), 20)):
+        response = _import(http, revision, refused, first_id)
+        assert response.status_code == 422 and response.json()["error"]["code"] == "implausible_features"
+    for entry in range(16):  # the key space's band
+        assert _import(http, revision, states(), 100 + 50 * entry).status_code == 200
+    far = _import(http, revision, states(100.0), 900)
+    assert far.status_code == 422 and "far outside its band" in far.json()["error"]["message"]
+    unusual = _import(http, revision, states(3.0), 950)
+    assert unusual.status_code == 200, unusual.text
+    flags = unusual.json()["manifest"]["content_flags"]
+    assert flags and all(flag.startswith("unusual: layer") for flag in flags)
+    head = http.head(f"/v1/features/{unusual.json()['prompt_hash']}", params={"backend": "unknown"})
+    assert head.status_code == 200 and "unusual: layer" in head.headers["X-Hsstore-Content-Flags"]
+    listed = http.get("/v1/entries", params={"limit": 100}).json()["entries"]
+    assert len(listed) == 17 and sum(bool(m["content_flags"]) for m in listed) == 1
