@@ -187,7 +187,10 @@ def main() -> None:
 
     def e2e(sequences: list[list[int]], subdir: str) -> tuple[float, float, float | None]:
         run = build_services(settings.model_copy(update={"data_dir": store / subdir}), loaded)
-        run.gate.models.extractor().fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
+        run_extractor = run.gate.models.extractor()
+        run_extractor.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
+        if run.writer.canaries is not None:  # and the canary, once per model load: untimed too
+            run.writer.canaries.check(run_extractor, run.gate.models.spec, Backend.FLA)
         request = ExtractRequest(
             samples=[{"token_ids": ids} for ids in sequences], featureset=featureset, backend="fla"
         )

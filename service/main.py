@@ -42,6 +42,7 @@ from service.catalog import (
 from service.catalog.migrations import PartSchema
 from service.catalog.protocol import Database
 from service.core.auditor import Auditor
+from service.core.canary import Canaries
 from service.core.content_checks import ContentChecks
 from service.core.datasets import Datasets
 from service.core.estimator import Estimator
@@ -217,7 +218,8 @@ def build_services(
         settings.content_flag_z,
         settings.content_refuse_z,
     )
-    writer = FeatureWriter(store, versions, gate, preparer, metrics, checks, settings.writer_threads)
+    canaries = Canaries(kv) if settings.canary else None
+    writer = FeatureWriter(store, versions, gate, preparer, metrics, checks, canaries, settings.writer_threads)
     verifier = Verifier(store, versions, kv)
     runner = None
     if models is not None and settings.run_jobs:

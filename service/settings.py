@@ -135,6 +135,11 @@ class Settings(BaseSettings):
         description="robust z-score of a layer's std or absmax (log) against the band: store and flag",
     )
     content_refuse_z: float = Field(default=40.0, gt=0, description="the same z-score at which the entry is refused")
+    canary: bool = Field(
+        default=True,
+        description="after every model load, re-extract each key space's canary sample and refuse on other bits "
+        "(service/core/canary.py)",
+    )
 
     # Downtime windows and the GPU hand-over with SGLang
     windows: list[str] = Field(default_factory=list, description='schedule, e.g. ["Mon-Fri 02:00-03:30 UTC"]')

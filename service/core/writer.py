@@ -22,6 +22,7 @@ from schemas.states import CompletionSource, ExtractStatus, Integrity
 from schemas.tensors import RawTensor
 from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
+from service.core.canary import Canaries
 from service.core.content_checks import ContentChecks
 from service.core.gate import ExtractionGate
 from service.core.prepare import PreparedSample, RequestPreparer
@@ -68,10 +69,12 @@ class FeatureWriter:
         preparer: RequestPreparer,
         metrics: Metrics,
         checks: ContentChecks,
+        canaries: Canaries | None,
         writer_threads: int = 4,
     ) -> None:
         self.store = store
         self.checks = checks
+        self.canaries = canaries  # None: the key spaces' canaries are not checked (the `canary` setting)
         self.versions = versions
         self.gate = gate
         self.preparer = preparer
@@ -162,6 +165,8 @@ class FeatureWriter:
         items = [(samples[i].encoded, _label(i, samples[i].parsed)) for i, _, _ in todo]
         in_flight = InFlight(self.max_in_flight)
         with models.using() as extractor:
+            if self.canaries is not None:
+                self.canaries.check(extractor, models.spec, backend)  # once per loaded model and backend
             models.emit("extract")
             try:
                 for position, pending in extractor.extract_many(items, featureset, backend):
