@@ -87,6 +87,11 @@ def window_line(state: WindowState) -> str:
     if state.source == "always":
         return "window always open: no schedule and no hand-over, so the GPU is always this service's"
     gpu = {True: "; model loaded (GPU held)", False: "; GPU with SGLang", None: ""}[state.gpu_held]
+    gpu += {
+        "mismatch": "; SGLANG CAME BACK WRONG after the last window (other greedy tokens for its canary)",
+        "restarted": "; SGLang came back wrong after the last window and was restarted (its canary agrees again)",
+        "unchecked": "; SGLang's canary could not be asked before the last window",
+    }.get(state.sglang_canary or "", "")
     if state.open:
         until = f" until {state.closes_at}" if state.closes_at else ""
         return f"window OPEN ({state.source}{until}){gpu}; schedule: {schedule}"

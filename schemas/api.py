@@ -270,6 +270,8 @@ class WindowState(BaseModel):
     schedule: list[str]
     next_opens_at: str | None = None  # the next scheduled opening, while shut
     gpu_held: bool | None = None  # the model is loaded now (with a hand-over: SGLang has given the GPU up)
+    # SGLang's greedy canary after the last window: ok, mismatch (reported), restarted (and then ok), unchecked
+    sglang_canary: Literal["ok", "mismatch", "restarted", "unchecked"] | None = None
 
 
 class EstimateRequest(BaseModel):

@@ -59,6 +59,7 @@ from service.errors import HsstoreError
 from service.extraction.extractor import Extractor
 from service.host.handover import CommandHandover, GpuHandover, HandoverLedger, MemorySaverHandover, NoHandover
 from service.host.sglang import SGLangClient
+from service.host.sglang_canary import CheckedHandover
 from service.jobs.queue import JobQueue
 from service.jobs.runner import JobRunner
 from service.metrics import Metrics
@@ -72,7 +73,15 @@ from service.storage.zarr_local import LocalZarrStore
 log = logging.getLogger("hsstore")
 
 
-def make_handover(settings: Settings) -> GpuHandover:
+def make_handover(settings: Settings, on_sglang_mismatch: Callable[[], None] = lambda: None) -> GpuHandover:
+    """The hand-over the settings name, its resume checked by SGLang's greedy canary (`sglang_canary`)."""
+    inner = _handover(settings)
+    if inner.name == "none" or not settings.sglang_canary or not settings.sglang_url:
+        return inner
+    return CheckedHandover(inner, SGLangClient(settings.sglang_url, settings.handover_timeout_s), on_sglang_mismatch)
+
+
+def _handover(settings: Settings) -> GpuHandover:
     if settings.handover == "memory_saver":
         if not settings.sglang_url:
             raise ValueError("handover = memory_saver needs sglang_url")
@@ -95,6 +104,7 @@ def build_models(
     loaded: LoadedModel | None = None,
     on_event: Callable[[str], None] | None = None,
     writable: bool = True,
+    on_sglang_mismatch: Callable[[], None] = lambda: None,
 ) -> ModelManager[Extractor] | None:
     if loaded is None and settings.model_dir is None:
         return None
@@ -116,7 +126,7 @@ def build_models(
             settings.fused_elementwise,
             settings.pack_tokens,
         ),
-        make_handover(settings),
+        make_handover(settings, on_sglang_mismatch),
         HandoverLedger(settings.data_dir / "handover.json"),
         attn_implementation=settings.attn_implementation,
         devices=settings.device,
@@ -205,10 +215,12 @@ def build_services(
     database, versions, job_store, kv = build_catalog(settings, read_only)
     store = build_store(settings, read_only)
     windows = Windows(settings.windows, kv, settings.windows_enforced, settings.window_margin_s)
-    models = build_models(settings, kv, loaded, on_event, writable=not read_only)
+    metrics = Metrics()
+    models = build_models(
+        settings, kv, loaded, on_event, writable=not read_only, on_sglang_mismatch=metrics.sglang_canary_mismatches.inc
+    )
     gate = ExtractionGate(models, windows)
     preparer = RequestPreparer(settings.default_backend, settings.max_sample_tokens)
-    metrics = Metrics()
     reader = FeatureReader(store, versions, settings.verify_reads)
     checks = ContentChecks(
         versions,

@@ -17,6 +17,11 @@ class Metrics:
         self.bytes_sent = Counter(
             "hsstore_http_response_bytes", "response body bytes", ["route"], registry=self.registry
         )
+        self.sglang_canary_mismatches = Counter(
+            "hsstore_sglang_canary_mismatches",
+            "windows after which SGLang answered the canary prompt with other greedy tokens",
+            registry=self.registry,
+        )
         self.extracted_tokens = Counter(
             "hsstore_extracted_tokens", "tokens extracted and stored", ["backend"], registry=self.registry
         )

@@ -148,6 +148,11 @@ class Settings(BaseSettings):
     sglang_url: str | None = Field(default=None, description="SGLang's base URL (hand-over, reference completions)")
     sglang_stop_command: str | None = None
     sglang_start_command: str | None = None
+    sglang_canary: bool = Field(
+        default=True,
+        description="ask SGLang for a fixed greedy completion before each release and after each resume; other "
+        "tokens are reported (and, with handover = commands, SGLang restarted)",
+    )
     handover_timeout_s: float = Field(default=600.0, gt=0)
     memory_wait_s: float = Field(default=300.0, ge=0, description="how long to wait for the GPU to have room")
     idle_unload_s: float | None = Field(

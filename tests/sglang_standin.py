@@ -23,6 +23,10 @@ class SGLangStandIn:
         # faults an operator's bad day brings: /generate failing for everything, or refusing long prompts
         self.generate_fails = False
         self.refuse_prompts_longer_than: int | None = None
+        # an SGLang that comes back from a release with broken weights, answering 200 with other tokens: the next
+        # `wrong_answers` completions are off by one token id; `broken_by_resume` sets it (for good) at a resume
+        self.wrong_answers = 0
+        self.broken_by_resume = False
         self._lock = threading.Lock()
         self.app = self._build()
 
@@ -36,7 +40,12 @@ class SGLangStandIn:
             out = self.model.model.generate(
                 prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens, do_sample=False
             )
-        return out[0, len(ids) :].tolist()
+        tokens = out[0, len(ids) :].tolist()
+        with self._lock:
+            if self.wrong_answers > 0:
+                self.wrong_answers -= 1
+                return [(t + 1) % self.model.spec.vocab_size for t in tokens]
+        return tokens
 
     def _build(self) -> FastAPI:
         app = FastAPI()
@@ -65,6 +74,8 @@ class SGLangStandIn:
             await request.body()
             self.record("sglang:/resume_memory_occupation")
             self.released = False
+            if self.broken_by_resume:
+                self.wrong_answers = 10**9
             return {}
 
         @app.post("/generate")

@@ -165,9 +165,9 @@ class FeatureWriter:
         items = [(samples[i].encoded, _label(i, samples[i].parsed)) for i, _, _ in todo]
         in_flight = InFlight(self.max_in_flight)
         with models.using() as extractor:
+            models.emit("extract")
             if self.canaries is not None:
                 self.canaries.check(extractor, models.spec, backend)  # once per loaded model and backend
-            models.emit("extract")
             try:
                 for position, pending in extractor.extract_many(items, featureset, backend):
                     in_flight.add(pending.forward, self._writers.submit(write, position, pending))

@@ -19,6 +19,7 @@ import torch
 
 from service.errors import ModelUnavailable
 from service.host.handover import GpuHandover, HandoverLedger
+from service.host.sglang_canary import CheckedHandover
 from service.model.loader import LoadedModel, ModelSpec, load_weights
 
 log = logging.getLogger("hsstore.model")
@@ -63,6 +64,11 @@ class ModelManager(Generic[E]):
         log.info("model: %s", event)
         if self.on_event is not None:
             self.on_event(event)
+
+    @property
+    def sglang_canary(self) -> str | None:
+        """SGLang's canary verdict after the last window (service/host/sglang_canary.py), if it is checked."""
+        return self.handover.state if isinstance(self.handover, CheckedHandover) else None
 
     @property
     def loaded(self) -> bool:

@@ -12,7 +12,9 @@ router = APIRouter(tags=["window"])
 
 
 def _with_gpu(state: WindowState, gate: ExtractionGate) -> WindowState:
-    return state.model_copy(update={"gpu_held": gate.models.loaded if gate.has_model else None})
+    if not gate.has_model:
+        return state
+    return state.model_copy(update={"gpu_held": gate.models.loaded, "sglang_canary": gate.models.sglang_canary})
 
 
 @router.get(

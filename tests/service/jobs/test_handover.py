@@ -50,6 +50,8 @@ def test_the_gpu_goes_back_when_extraction_raises(windowed_settings: Settings, e
         def extract_many(self, *args, **kwargs):
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
+        extract = extract_many  # the canary's extraction (first after a load) fails the same way
+
     models.make_extractor = lambda loaded: Exploding()
     with LiveServer(app) as url, httpx.Client(base_url=url, timeout=60) as http:
         http.post("/v1/window/open", json={"minutes": 10})
@@ -112,3 +114,41 @@ def test_operator_commands_handover(tmp_path, standin) -> None:
     assert standin[0].log[-1] == "sglang:/health"
     with pytest.raises(HandoverFailed, match="exited 3"):
         CommandHandover("sh -c 'exit 3'", "true", standin[1], 10).release()
+
+
+def test_an_sglang_that_comes_back_wrong_is_reported(windowed_settings: Settings, events, standin) -> None:
+    """Its greedy canary before the release and after the resume differ: the window status and the metrics say so."""
+    server, _ = standin
+    app = create_app(windowed_settings, on_event=events.append)
+    with LiveServer(app) as url, httpx.Client(base_url=url, timeout=60) as http:
+        for broken, verdict in ((False, "ok"), (True, "mismatch")):
+            server.broken_by_resume = broken
+            events.clear()
+            http.post("/v1/window/open", json={"minutes": 10})
+            job = http.post("/v1/jobs", json={"samples": [{"text": f"warm {broken}"}]}).json()
+            wait_for(lambda job=job: job_status(http, job["id"])["state"] == "done", what="job done")
+            http.post("/v1/window/close")
+            wait_for(lambda: "healthy" in events, what="SGLang healthy again")
+            assert http.get("/v1/window").json()["sglang_canary"] == verdict
+        metrics = http.get("/metrics").text
+        assert "hsstore_sglang_canary_mismatches_total 1.0" in metrics
+
+
+@pytest.mark.parametrize(("wrong_answers", "verdict"), [(1, "restarted"), (2, "mismatch")])
+def test_a_command_handover_restarts_an_sglang_that_comes_back_wrong(
+    tmp_path, standin, wrong_answers: int, verdict: str
+) -> None:
+    from service.host.handover import CommandHandover
+    from service.host.sglang import SGLangClient
+    from service.host.sglang_canary import CheckedHandover
+
+    server, url = standin
+    log = tmp_path / "ops.log"
+    mismatches: list[int] = []
+    inner = CommandHandover(f"sh -c 'echo stop >> {log}'", f"sh -c 'echo start >> {log}'", url, 10)
+    handover = CheckedHandover(inner, SGLangClient(url, 30), lambda: mismatches.append(1))
+    handover.release()  # asks the canary first
+    server.wrong_answers = wrong_answers  # its weights came back broken; a restart loads them afresh
+    handover.resume()
+    assert log.read_text().split() == ["stop", "start", "stop", "start"]
+    assert (handover.state, mismatches) == (verdict, [1])
