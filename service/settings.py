@@ -135,6 +135,15 @@ class Settings(BaseSettings):
         description="robust z-score of a layer's std or absmax (log) against the band: store and flag",
     )
     content_refuse_z: float = Field(default=40.0, gt=0, description="the same z-score at which the entry is refused")
+    import_spot_check_every: int = Field(
+        default=16,
+        ge=0,
+        description="re-extract the first tokens of one import in this many (by prompt hash; 1: every one, 0: none) "
+        "where this service runs the revision and has the weights loaded, and refuse features that disagree",
+    )
+    import_spot_check_cosine: float = Field(
+        default=0.98, gt=0, le=1, description="the per-layer mean cosine an import's spot check must reach"
+    )
     canary: bool = Field(
         default=True,
         description="after every model load, re-extract each key space's canary sample and refuse on other bits "

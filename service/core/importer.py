@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+import torch
 
 from schemas.api import ImportRequest, ImportResult
 from schemas.backend import UNKNOWN_BACKEND, Fingerprint
@@ -29,6 +30,7 @@ from service.core.writer import FeatureWriter
 from service.errors import InvalidRequest, InvalidSample
 from service.extraction.stats import constant_rows, layer_stats, layer_summary
 
+SPOT_CHECK_TOKENS = 32
 _LAYOUT = {HIDDEN_STATES: "bfloat16", "input_ids": "int32", "loss_mask": "uint8"}
 _REQUIRED = (HIDDEN_STATES, "input_ids")
 
@@ -41,9 +43,13 @@ class FeatureImporter:
         gate: ExtractionGate,
         checks: ContentChecks,
         max_tokens: int,
+        spot_check_every: int = 16,
+        spot_check_cosine: float = 0.98,
     ) -> None:
         self.writer = writer
         self.checks = checks
+        self.spot_check_every = spot_check_every
+        self.spot_check_cosine = spot_check_cosine
         self.versions = versions
         self.gate = gate
         self.max_tokens = max_tokens
@@ -185,4 +191,32 @@ class FeatureImporter:
                 raise InvalidRequest("input_ids do not start with the sample's prompt as this model tokenises it")
             if encoded.completion_ids is not None and list(ids[len(prompt) :]) != encoded.completion_ids:
                 raise InvalidRequest("input_ids do not end with the sample's completion as this model tokenises it")
+        return self._spot_check(parsed, featureset, tensors)
+
+    def _spot_check(self, parsed: ParsedSample, featureset: FeatureSet, tensors: Mapping[str, RawTensor]) -> list[str]:
+        """One import in `spot_check_every` (by prompt hash): this model's own features for the first tokens must
+        agree with the imported ones, layer by layer, within the backends' spread (mean cosine), so features
+        shifted by a token, taken from another request or another model are refused. Only with the weights loaded
+        now: an import never loads them, nor takes the GPU from SGLang."""
+        every = self.spot_check_every
+        if every == 0 or int(parsed.prompt_hash[:8], 16) % every:
+            return []
+        models = self.gate.models
+        if not models.loaded:
+            return ["not spot-checked against the model: its weights are not loaded here now"]
+        ids = tensors["input_ids"].numpy()[:SPOT_CHECK_TOKENS]
+        encoded = models.spec.encode(parse_sample({"token_ids": ids.tolist()}), SPOT_CHECK_TOKENS)
+        backend = models.spec.resolve_backend("auto")
+        with models.using() as extractor:
+            ours = extractor.extract(encoded, FeatureSet(layers=featureset.layers), backend, "import spot check")
+        mine = to_torch(next(t for t in ours.tensors if t.name == HIDDEN_STATES)).float()
+        theirs = to_torch(tensors[HIDDEN_STATES])[: len(ids)].float()
+        agreement = torch.nn.functional.cosine_similarity(mine, theirs, dim=-1).mean(dim=0).tolist()
+        per_layer = [f"layer {layer}: {c:.3f}" for layer, c in zip(featureset.layers, agreement, strict=True)]
+        if min(agreement) < self.spot_check_cosine:
+            raise InvalidRequest(
+                f"spot check: this model's own features for the first {len(ids)} tokens disagree with the imported "
+                f"ones (mean cosine {', '.join(per_layer)}; at least {self.spot_check_cosine} is needed under "
+                f"{backend.value}): shifted by a token, another request's, or another model's; nothing was stored"
+            )
         return []

@@ -81,7 +81,8 @@ def test_imports_are_refused_when_constant_and_flagged_or_refused_outside_their_
     def states(scale: float = 1.0) -> torch.Tensor:
         return torch.randn((40, 2, HIDDEN), generator=generator) * scale
 
-    revision = tiny_loaded.revision
+    # a revision this service does not run: the dump's random states are then not spot-checked against the model
+    revision = tiny_loaded.revision[:-8] + ("0" * 8 if not tiny_loaded.revision.endswith("0" * 8) else "1" * 8)
     zero_layer = states()
     zero_layer[:, 1] = 0
     for refused, first_id in ((zero_layer, 10), (_half_rows_zero(states().transpose(0, 1)).transpose(0, 1), 20)):
