@@ -100,3 +100,17 @@ def test_imports_are_refused_when_constant_and_flagged_or_refused_outside_their_
     assert head.status_code == 200 and "unusual: layer" in head.headers["X-Hsstore-Content-Flags"]
     listed = http.get("/v1/entries", params={"limit": 100}).json()["entries"]
     assert len(listed) == 17 and sum(bool(m["content_flags"]) for m in listed) == 1
+
+
+def test_extraction_refuses_a_layer_far_outside_the_band_of_its_key_space(
+    client: FeatureClient, tiny_loaded: LoadedModel
+) -> None:
+    """Once a key space holds its band (16 entries here, the default), a layer whose scale jumps 100-fold — a kernel
+    gone wrong, weights loaded wrong — is refused, where the same sample computed right is stored."""
+    band = [{"text": f"def step_{i}(state):\n    return state + {i}\n" * (2 + i % 3)} for i in range(16)]
+    assert client.extract(band, featureset=[1, 2]).extracted == 16
+    odd = {"text": "def odd(x):\n    return x * 2\n" * 3}
+    with layer_output(tiny_loaded, 2, lambda hidden: hidden * 100), pytest.raises(ImplausibleError, match="band"):
+        client.extract([odd], featureset=[1, 2])
+    assert client.extract([odd], featureset=[1, 2]).extracted == 1
+    assert len(list(client.entries())) == 17
