@@ -33,6 +33,7 @@ for command in (
     cli_write.estimate,
     cli_ops.jobs,
     cli_ops.workers,
+    cli_ops.health,
     cli_read.get,
     cli_read.entries,
     cli_read.compare,

@@ -9,6 +9,7 @@ import typer
 
 from hsstore import cli_output as out
 from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
+from schemas.states import Integrity
 
 
 def jobs(
@@ -61,6 +62,29 @@ def workers(url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: Js
         out.table(("WORKER", "JOB", "ITEMS", "LEASE LEFT"), rows, frozenset({2, 3}))
     else:
         console.print("no worker holds a lease now")
+
+
+def health(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+    """What needs an operator's eye: SGLang's canary after the last window, and every stored entry the content
+    checks flagged as unusual or a scrub found damaged (listed through the catalog, a page at a time). Exit 1 when
+    anything is listed."""
+    with client_for(url, token) as client:
+        window = client.window()
+        flagged, corrupt, total = [], [], 0
+        for manifest in client.entries(page_size=1000):
+            total += 1
+            if manifest.content_flags:
+                flagged.append(manifest)
+            if manifest.integrity is not None and manifest.integrity.status == Integrity.CORRUPT:
+                corrupt.append(manifest)
+    typer.echo(out.window_line(window))
+    typer.echo(f"{total} entries: {len(flagged)} flagged by the content checks, {len(corrupt)} damaged")
+    for manifest in flagged[:50]:
+        typer.echo(f"  flagged {manifest.prompt_hash[: out.SHORT]} {manifest.backend}: {manifest.content_flags[0]}")
+    for manifest in corrupt[:50]:
+        typer.echo(f"  damaged {manifest.prompt_hash[: out.SHORT]} {manifest.backend} ({manifest.content_hash})")
+    if flagged or corrupt or window.sglang_canary == "mismatch":
+        raise typer.Exit(1)
 
 
 window_app = typer.Typer(help="Downtime windows: when SGLang lends the GPU", no_args_is_help=True)

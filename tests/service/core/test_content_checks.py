@@ -10,8 +10,10 @@ from contextlib import contextmanager
 import httpx
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from client import FeatureClient, ImplausibleError
+from hsstore.cli import app as cli
 from schemas import wire
 from schemas.api import IMPORT_METADATA, ImportRequest
 from schemas.content_hash import content_hash
@@ -74,7 +76,7 @@ def _import(http: httpx.Client, revision: str, hidden: torch.Tensor, first_id: i
 
 
 def test_imports_are_refused_when_constant_and_flagged_or_refused_outside_their_band(
-    http: httpx.Client, tiny_loaded: LoadedModel
+    http: httpx.Client, live_url: str, tiny_loaded: LoadedModel
 ) -> None:
     generator = torch.Generator().manual_seed(0)
 
@@ -88,6 +90,8 @@ def test_imports_are_refused_when_constant_and_flagged_or_refused_outside_their_
     for refused, first_id in ((zero_layer, 10), (_half_rows_zero(states().transpose(0, 1)).transpose(0, 1), 20)):
         response = _import(http, revision, refused, first_id)
         assert response.status_code == 422 and response.json()["error"]["code"] == "implausible_features"
+    calm = CliRunner().invoke(cli, ["health", "--url", live_url])
+    assert calm.exit_code == 0 and "0 entries: 0 flagged" in calm.output, calm.output  # the refused left nothing
     for entry in range(16):  # the key space's band
         assert _import(http, revision, states(), 100 + 50 * entry).status_code == 200
     far = _import(http, revision, states(100.0), 900)
@@ -100,6 +104,10 @@ def test_imports_are_refused_when_constant_and_flagged_or_refused_outside_their_
     assert head.status_code == 200 and "unusual: layer" in head.headers["X-Hsstore-Content-Flags"]
     listed = http.get("/v1/entries", params={"limit": 100}).json()["entries"]
     assert len(listed) == 17 and sum(bool(m["content_flags"]) for m in listed) == 1
+    health = CliRunner().invoke(cli, ["health", "--url", live_url])
+    assert health.exit_code == 1, health.output  # something needs an operator's eye
+    assert "17 entries: 1 flagged by the content checks, 0 damaged" in health.output
+    assert f"flagged {unusual.json()['prompt_hash'][:10]} unknown: unusual: layer" in health.output
 
 
 def test_extraction_refuses_a_layer_far_outside_the_band_of_its_key_space(
