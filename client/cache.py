@@ -28,6 +28,7 @@ from schemas import datasets, wire
 from schemas.datasets import DatasetIndex
 from schemas.files import atomic_write
 from schemas.keys import is_content_hash
+from schemas.manifest import HIDDEN_SCALES
 
 
 class FeatureCache:
@@ -53,7 +54,8 @@ class FeatureCache:
     def get_for_copy(self, content_hash: str, name: str) -> tuple[Features, CheckedCopy | None] | None:
         """The entry with tensor `name` left out of its tensors and handed over as a `CheckedCopy` instead (checked
         as it is copied out), everything else verified; the copy is None where the entry was verified whole (no chunk
-        digests: its content hash). None if it is not cached (or was damaged, and so dropped)."""
+        digests: its content hash; an fp8 entry, whose hidden states are dequantised with their scales). None if it
+        is not cached (or was damaged, and so dropped)."""
         return self._read(content_hash, name)
 
     def _read(self, content_hash: str, deferred: str | None) -> tuple[Features, CheckedCopy | None] | None:
@@ -67,7 +69,7 @@ class FeatureCache:
         copies: list[CheckedCopy] = []
 
         def by_chunks(features: Features) -> bool:
-            if deferred is None or deferred not in features.tensors:
+            if deferred is None or deferred not in features.tensors or HIDDEN_SCALES in features.tensors:
                 return verify_decoded(features)
             if not verify_decoded(features, defer=frozenset({deferred})):
                 return False

@@ -70,8 +70,6 @@ def fetch_sample(client: FeatureClient, key: Manifest | KeyLike) -> Sample:
         found = cache.get_for_copy(item.content_hash, HIDDEN_STATES)
         if found is not None:
             features, copy = found
-            if HIDDEN_SCALES in features.tensors and copy is not None:  # fp8: dequantised from the checked values
-                return to_sample(client.fetch(item.key))
             return to_sample(features, hidden=copy)
     return to_sample(client.fetch(item.key))
 

@@ -115,7 +115,7 @@ def build_models(
         cache = settings.data_dir / "model_revisions.json"
         revision = model_revision_for(settings.model_dir, kv, cache, settings.run_jobs, writable)
         spec = load_spec(settings.model_dir, revision, settings.device)
-    if loaded is None and settings.preload and settings.run_jobs:
+    if loaded is None and settings.preload:
         loaded = load_weights(spec, settings.attn_implementation, settings.device)
     return ModelManager(
         spec,

@@ -240,9 +240,11 @@ class Settings(BaseSettings):
 
     @property
     def preload(self) -> bool:
+        if not self.run_jobs:  # an API replica never loads weights (its workers own the GPUs)
+            return False
         if self.load_on_start is not None:
             return self.load_on_start
-        return self.run_jobs and not self.windows_enforced  # an API replica loads weights only when asked to extract
+        return not self.windows_enforced
 
     @property
     def exposed_without_auth(self) -> bool:
