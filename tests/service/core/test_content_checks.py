@@ -60,19 +60,24 @@ def test_extraction_refuses_features_no_model_computes(
     assert client.extract([sample], featureset=[1, 2]).extracted == 1  # the same sample, computed right
 
 
-def _import(http: httpx.Client, revision: str, hidden: torch.Tensor, first_id: int) -> httpx.Response:
-    ids = torch.arange(first_id, first_id + hidden.shape[0], dtype=torch.int32)
+def post_import(http: httpx.Client, revision: str, hidden: torch.Tensor, ids: torch.Tensor) -> httpx.Response:
+    """`POST /v1/entries:import` of layers [1, 3] of a prompt of token ids, its content hash computed here."""
     tensors = [from_torch("hidden_states", hidden.to(torch.bfloat16)), from_torch("input_ids", ids)]
     request = ImportRequest(
         sample={"token_ids": ids.tolist()},
         layers=[1, 3],
         model_revision=revision,
-        source="test:content-checks",
+        source="test:inline",
         content_hash=content_hash(tensors),
-        prompt_tokens=hidden.shape[0],
+        prompt_tokens=len(ids),
     )
     body = b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
     return http.post("/v1/entries:import", content=body)
+
+
+def _import(http: httpx.Client, revision: str, hidden: torch.Tensor, first_id: int) -> httpx.Response:
+    ids = torch.arange(first_id, first_id + hidden.shape[0], dtype=torch.int32)
+    return post_import(http, revision, hidden, ids)
 
 
 def test_imports_are_refused_when_constant_and_flagged_or_refused_outside_their_band(

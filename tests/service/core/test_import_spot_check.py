@@ -12,15 +12,12 @@ import pytest
 import torch
 
 from client import FeatureClient
-from schemas import wire
-from schemas.api import IMPORT_METADATA, ImportRequest
-from schemas.content_hash import content_hash
 from schemas.samples import parse_sample
-from schemas.torch_tensors import from_torch
 from service.main import create_app
 from service.model.loader import LoadedModel
 from service.settings import Settings
 from tests.conftest import LiveServer
+from tests.service.core.test_content_checks import post_import
 
 
 @pytest.fixture
@@ -28,21 +25,6 @@ def spot_checked(tmp_path: Path, tiny_model_dir: Path, tiny_loaded: LoadedModel)
     settings = Settings(data_dir=tmp_path / "store", model_dir=tiny_model_dir, device="cpu", import_spot_check_every=1)
     with LiveServer(create_app(settings, tiny_loaded)) as url:
         yield url
-
-
-def _import(http: httpx.Client, revision: str, hidden: torch.Tensor, ids: torch.Tensor) -> httpx.Response:
-    tensors = [from_torch("hidden_states", hidden), from_torch("input_ids", ids)]
-    request = ImportRequest(
-        sample={"token_ids": ids.tolist()},
-        layers=[1, 3],
-        model_revision=revision,
-        source="test:spot-check",
-        content_hash=content_hash(tensors),
-        prompt_tokens=len(ids),
-    )
-    return http.post(
-        "/v1/entries:import", content=b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
-    )
 
 
 def test_a_token_shifted_dump_is_refused_and_the_models_own_features_pass(
@@ -58,9 +40,9 @@ def test_a_token_shifted_dump_is_refused_and_the_models_own_features_pass(
         )
         shifted = torch.cat([own[1:], own[-1:]])  # every row one token late, as an off-by-one dump has them
         for wrong in (shifted, other):  # an off-by-one dump; another request's features
-            refused = _import(http, tiny_loaded.revision, wrong.contiguous(), ids)
+            refused = post_import(http, tiny_loaded.revision, wrong.contiguous(), ids)
             assert refused.status_code == 422, refused.text
             assert "spot check" in refused.json()["error"]["message"]
-        accepted = _import(http, tiny_loaded.revision, own.contiguous(), ids)
+        accepted = post_import(http, tiny_loaded.revision, own.contiguous(), ids)
         assert accepted.status_code == 200, accepted.text
         assert accepted.json()["manifest"]["backend"] == "unknown"
