@@ -154,6 +154,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=64, help="decoder layers of the 27B-shaped model")
     parser.add_argument("--pack-tokens", type=int, default=16384)
     parser.add_argument("--writers", type=int, default=4, help="writer threads (more contend for the GIL)")
+    parser.add_argument(
+        "--writer-sweep", default="8", help="other writer thread counts, each run end to end after the main pair"
+    )
     parser.add_argument("--audit", type=int, default=20)
     parser.add_argument("--compare-tokens", type=int, default=2048)
     parser.add_argument("--profile-only", action="store_true", help="only profile one short-mix pack")
@@ -185,8 +188,11 @@ def main() -> None:
     extractor.fusion_keeps_bits(Backend.FLA)
     record["elementwise"] = extractor.fingerprint(Backend.FLA, 0, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
 
-    def e2e(sequences: list[list[int]], subdir: str) -> tuple[float, float, float | None]:
-        run = build_services(settings.model_copy(update={"data_dir": store / subdir}), loaded)
+    def e2e(sequences: list[list[int]], subdir: str, writers: int = args.writers) -> tuple[float, float, dict]:
+        """Seconds, peak activations and what else the run saw: GPU idle share and the extracting thread's waits."""
+        run = build_services(
+            settings.model_copy(update={"data_dir": store / subdir, "writer_threads": writers}), loaded
+        )
         run_extractor = run.gate.models.extractor()
         run_extractor.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
         if run.writer.canaries is not None:  # and the canary, once per model load: untimed too
@@ -202,8 +208,12 @@ def main() -> None:
             response = run.writer.extract(request)
             elapsed = time.perf_counter() - t
         assert response.extracted == len(sequences), response.extracted
+        waits = {
+            when: run.metrics.registry.get_sample_value("hsstore_extract_write_wait_seconds_total", {"when": when})
+            for when in ("between_forwards", "after_last")
+        }
         run.close()
-        return elapsed, peak_since(base), utilization.idle_share
+        return elapsed, peak_since(base), {"gpu_idle_share": utilization.idle_share, "write_wait_s": waits}
 
     def lean(items: list) -> float:
         torch.cuda.synchronize()
@@ -228,10 +238,21 @@ def main() -> None:
             if name == "naive":
                 elapsed, peak = naive(loaded.model, sequences, layers)
             else:
-                elapsed, peak, record[f"{mix}_e2e_gpu_idle_share"] = e2e(sequences, mix)
+                elapsed, peak, seen = e2e(sequences, mix)
+                record[f"{mix}_e2e_gpu_idle_share"] = seen["gpu_idle_share"]
+                record[f"{mix}_e2e_write_wait_s"] = seen["write_wait_s"]
             record[f"{mix}_{name}_tok_s"], record[f"{mix}_{name}_peak_gb"] = total / elapsed, peak
             print(f"{mix} {name}: {total / elapsed:.0f} tok/s, peak activations {peak:.2f} GB", flush=True)
-        print(f"{mix} e2e: GPU idle {record[f'{mix}_e2e_gpu_idle_share']} of the time (nvidia-smi)", flush=True)
+        print(
+            f"{mix} e2e: GPU idle {record[f'{mix}_e2e_gpu_idle_share']} of the time (nvidia-smi), "
+            f"waits on writers {record[f'{mix}_e2e_write_wait_s']}",
+            flush=True,
+        )
+        sweep = record[f"{mix}_e2e_by_writers"] = {}
+        for writers in [int(w) for w in args.writer_sweep.split(",") if w]:
+            elapsed, _, seen = e2e(sequences, f"{mix}-w{writers}", writers)
+            sweep[writers] = {"tok_s": total / elapsed, **seen}
+            print(f"{mix} e2e with {writers} writers: {sweep[writers]}", flush=True)
         record[f"{mix}_lean_tok_s"] = total / lean(items)
         record[f"{mix}_speedup"] = record[f"{mix}_e2e_tok_s"] / record[f"{mix}_naive_tok_s"]
         record[f"{mix}_peak_ratio"] = record[f"{mix}_e2e_peak_gb"] / record[f"{mix}_naive_peak_gb"]

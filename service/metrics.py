@@ -25,3 +25,9 @@ class Metrics:
         self.extracted_tokens = Counter(
             "hsstore_extracted_tokens", "tokens extracted and stored", ["backend"], registry=self.registry
         )
+        self.write_wait_seconds = Counter(
+            "hsstore_extract_write_wait_seconds",
+            "time the extracting thread waited on the writers: between forwards (the GPU may idle) or after the last",
+            ["when"],
+            registry=self.registry,
+        )

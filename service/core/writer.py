@@ -5,10 +5,12 @@ any point leaves nothing visible."""
 from __future__ import annotations
 
 import errno
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from typing import Literal, get_args
 
 from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
 from schemas.backend import Backend
@@ -35,6 +37,9 @@ from service.storage.protocol import BlobStore
 # sample index -> reference completion token ids and where they came from
 Completions = Mapping[int, tuple[list[int], CompletionSource]]
 
+WriteWait = Literal["between_forwards", "after_last"]
+WRITE_WAITS: tuple[WriteWait, ...] = get_args(WriteWait)
+
 
 def _label(index: int, parsed: ParsedSample) -> str:
     return f"samples[{index}]" + (f" ({parsed.label})" if parsed.label else "")
@@ -44,20 +49,28 @@ class InFlight:
     """Writes in flight, at most `limit` beyond those of the newest forward. The extracting thread waits only on a
     write of an earlier forward than the one it has just launched, so the GPU always has that forward queued: all of
     a pack's results go to the writers, however many it holds, before anything waits (waiting on the pack just
-    launched would leave the GPU idle until its results were written)."""
+    launched would leave the GPU idle until its results were written). It counts how long the thread waited: between
+    forwards (writers slower than the GPU) and after the last (the request's tail, with the GPU idle)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._writes: deque[tuple[int, Future[None]]] = deque()
+        self.waited_s: dict[WriteWait, float] = dict.fromkeys(WRITE_WAITS, 0.0)
 
     def add(self, forward: int, write: Future[None]) -> None:
         self._writes.append((forward, write))
+        started = time.perf_counter()
         while len(self._writes) > self.limit and self._writes[0][0] < forward:
             self._writes.popleft()[1].result()
+        self.waited_s["between_forwards"] += time.perf_counter() - started
 
     def drain(self) -> None:
-        while self._writes:
-            self._writes.popleft()[1].result()
+        started = time.perf_counter()
+        try:
+            while self._writes:
+                self._writes.popleft()[1].result()
+        finally:
+            self.waited_s["after_last"] += time.perf_counter() - started
 
 
 class FeatureWriter:
@@ -172,7 +185,11 @@ class FeatureWriter:
                 for position, pending in extractor.extract_many(items, featureset, backend):
                     in_flight.add(pending.forward, self._writers.submit(write, position, pending))
             finally:
-                in_flight.drain()
+                try:
+                    in_flight.drain()
+                finally:
+                    for when, seconds in in_flight.waited_s.items():
+                        self.metrics.write_wait_seconds.labels(when).inc(seconds)
 
     def _marked_corrupt(self, content_hash: str) -> bool:
         return any(_corrupt(m) for m in self.versions.find(EntryFilter(content_hash=content_hash), limit=1))

@@ -56,3 +56,21 @@ def test_drain_waits_for_every_write_and_raises_a_failed_one() -> None:
         assert str(exc) == "disk"
     else:
         raise AssertionError("a failed write went unnoticed")
+
+
+def test_waits_are_counted_between_forwards_and_after_the_last() -> None:
+    in_flight = InFlight(limit=1)
+    earlier = [Future() for _ in range(2)]
+    for write in earlier:
+        in_flight.add(0, write)
+    assert in_flight.waited_s["between_forwards"] < 0.05  # nothing to wait for yet
+    adding = _adding(in_flight, 1, Future())
+    threading.Event().wait(0.1)  # the extracting thread waits at least this long on forward 0's writes
+    for write in earlier:
+        write.set_result(None)
+    adding.join(5)
+    assert in_flight.waited_s["between_forwards"] >= 0.1
+    last = in_flight._writes[-1][1]
+    threading.Timer(0.1, last.set_result, (None,)).start()
+    in_flight.drain()
+    assert in_flight.waited_s["after_last"] >= 0.1
