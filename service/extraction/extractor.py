@@ -182,12 +182,20 @@ class Extractor:
                 for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
                     hidden, normed = self._forward_pack(planned, sequences, featureset, fused, varlen)
                     run.verify()
+                    staged = self._stage(hidden, planned, featureset)
                     for segment in planned.segments:
                         seq = sequences[segment.index]
                         rows = slice(segment.start, segment.start + segment.length)
                         heads = self._heads(normed[0, rows], featureset) if normed is not None else {}
                         finished = self._finish(
-                            seq, hidden[0, rows], heads, featureset, fingerprint, items[segment.index][1], forward
+                            seq,
+                            hidden[0, rows],
+                            heads,
+                            featureset,
+                            fingerprint,
+                            items[segment.index][1],
+                            forward,
+                            staged[0, rows] if staged is not None else None,
                         )
                         yield segment.index, finished
                 return
@@ -308,6 +316,18 @@ class Extractor:
         ):
             return capture(self.loaded.body, ids, featureset, **inputs)
 
+    def _stage(self, hidden: torch.Tensor, pack: Pack, featureset: FeatureSet) -> torch.Tensor | None:
+        """A pack's captured layers on their way to host memory in one copy, into a pinned block of the pack's fixed
+        size, which the pinned-memory cache hands out again for every later pack: entries of many lengths each in a
+        block of its own made the cache pin new memory on the extracting thread (the GPU waited) and cost a copy each.
+        None (each entry copied alone) where there is no copy stream, for fp8 (quantised per entry), and for a pack
+        that is mostly filler (an audit's lone sequence would hold a whole pack's block)."""
+        real = sum(segment.length for segment in pack.segments)
+        if self._copy_stream is None or featureset.dtype == "float8_e4m3fn" or 2 * real < pack.shape:
+            return None
+        host, _ = self._to_host({HIDDEN_STATES: hidden})
+        return host[HIDDEN_STATES]
+
     def _heads(self, normed: torch.Tensor, featureset: FeatureSet) -> dict[str, torch.Tensor]:
         return chunked_heads(self.loaded.model.get_output_embeddings(), normed, self.target_ids_chunk, featureset)
 
@@ -340,16 +360,21 @@ class Extractor:
         fingerprint: Fingerprint,
         label: str,
         forward: int,
+        staged: torch.Tensor | None = None,
     ) -> PendingExtraction:
+        """`staged`: the hidden states already on their way to host memory with the pack (`_stage`); the copy stream
+        runs in order, so this entry's event, recorded after its own copies, also marks that copy done."""
         length = len(seq.ids)
         hidden = padded_hidden[:length]
         device_tensors: dict[str, torch.Tensor] = {**heads, _SUMMARY: layer_summary(hidden)}  # stats of what ran
         if featureset.dtype == "float8_e4m3fn":
             device_tensors[HIDDEN_STATES], device_tensors[HIDDEN_SCALES] = fp8.quantise(hidden)
-        else:
+        elif staged is None:
             device_tensors[HIDDEN_STATES] = hidden
         host, done = self._to_host(device_tensors)
         summary = host.pop(_SUMMARY)
+        if staged is not None:
+            host[HIDDEN_STATES] = staged
         host["input_ids"] = torch.tensor(seq.ids, dtype=torch.int32)
         if seq.completion_source is not None:
             mask = torch.zeros(length, dtype=torch.uint8)
