@@ -183,7 +183,7 @@ def main() -> None:
     settings = Settings(data_dir=store, device="cuda", writer_threads=args.writers, pack_tokens=args.pack_tokens)
     services = build_services(settings, loaded)
     vocab = int(loaded.config.vocab_size)
-    extractor, spec = services.gate.models.extractor(), services.gate.models.spec
+    extractor, spec = services.models.extractor(), services.models.spec
     record["policy"] = extractor.fingerprint(Backend.FLA, 0, pack=extractor.pack_policy).batching
     extractor.fusion_keeps_bits(Backend.FLA)
     record["elementwise"] = extractor.fingerprint(Backend.FLA, 0, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
@@ -193,10 +193,10 @@ def main() -> None:
         run = build_services(
             settings.model_copy(update={"data_dir": store / subdir, "writer_threads": writers}), loaded
         )
-        run_extractor = run.gate.models.extractor()
+        run_extractor = run.models.extractor()
         run_extractor.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
         if run.writer.canaries is not None:  # and the canary, once per model load: untimed too
-            run.writer.canaries.check(run_extractor, run.gate.models.spec, Backend.FLA)
+            run.writer.canaries.check(run_extractor, run.models.spec, Backend.FLA)
         request = ExtractRequest(
             samples=[{"token_ids": ids} for ids in sequences], featureset=featureset, backend="fla"
         )

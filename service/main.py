@@ -149,7 +149,6 @@ class Services:
     jobs: JobStore
     windows: Windows
     models: ModelManager[Extractor] | None
-    gate: ExtractionGate
     preparer: RequestPreparer
     metrics: Metrics
     reader: FeatureReader
@@ -220,6 +219,7 @@ def build_services(
         settings, kv, loaded, on_event, writable=not read_only, on_sglang_mismatch=metrics.sglang_canary_mismatches.inc
     )
     gate = ExtractionGate(models, windows)
+    spec = models.spec if models is not None else None
     preparer = RequestPreparer(settings.default_backend, settings.max_sample_tokens)
     reader = FeatureReader(store, versions, settings.verify_reads)
     checks = ContentChecks(
@@ -231,7 +231,7 @@ def build_services(
         settings.content_refuse_z,
     )
     canaries = Canaries(kv) if settings.canary else None
-    writer = FeatureWriter(store, versions, gate, preparer, metrics, checks, canaries, settings.writer_threads)
+    writer = FeatureWriter(store, versions, models, gate, preparer, metrics, checks, canaries, settings.writer_threads)
     verifier = Verifier(store, versions, kv)
     runner = None
     if models is not None and settings.run_jobs:
@@ -258,26 +258,25 @@ def build_services(
         jobs=job_store,
         windows=windows,
         models=models,
-        gate=gate,
         preparer=preparer,
         metrics=metrics,
         reader=reader,
         writer=writer,
-        auditor=Auditor(reader, writer, versions, gate, preparer, verifier),
+        auditor=Auditor(reader, writer, versions, models, gate, preparer, verifier),
         verifier=verifier,
         datasets=Datasets(reader.resolve, versions, store, kv),
-        estimator=Estimator(gate, preparer, versions, store, job_store, settings.codec),
+        estimator=Estimator(spec, preparer, versions, store, job_store, settings.codec),
         importer=FeatureImporter(
             writer,
             versions,
-            gate,
+            models,
             checks,
             settings.max_sample_tokens,
             settings.import_spot_check_every,
             settings.import_spot_check_cosine,
         ),
         rebuilder=CatalogRebuilder(store, versions),
-        queue=JobQueue(job_store, gate, preparer),
+        queue=JobQueue(job_store, spec, windows, preparer),
         runner=runner,
     )
 

@@ -14,13 +14,14 @@ from service.catalog.protocol import VersionCatalog
 from service.core.auditor import Auditor
 from service.core.datasets import Datasets
 from service.core.estimator import Estimator
-from service.core.gate import ExtractionGate
 from service.core.importer import FeatureImporter
 from service.core.reader import FeatureReader
 from service.core.windows import Windows
 from service.core.writer import FeatureWriter
 from service.errors import Forbidden, Unauthorized
+from service.extraction.extractor import Extractor
 from service.jobs.queue import JobQueue
+from service.model.manager import ModelManager
 from service.settings import Settings
 from service.storage.protocol import BlobStore
 
@@ -31,7 +32,7 @@ PROVIDED = (
     "store",
     "versions",
     "windows",
-    "gate",
+    "models",
     "reader",
     "writer",
     "auditor",
@@ -58,8 +59,8 @@ def get_windows(request: Request) -> Windows:
     return request.app.state.windows
 
 
-def get_gate(request: Request) -> ExtractionGate:
-    return request.app.state.gate
+def get_models(request: Request) -> ModelManager[Extractor] | None:
+    return request.app.state.models
 
 
 def get_reader(request: Request) -> FeatureReader:
@@ -94,7 +95,7 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[BlobStore, Depends(get_store)]
 VersionsDep = Annotated[VersionCatalog, Depends(get_versions)]
 WindowsDep = Annotated[Windows, Depends(get_windows)]
-GateDep = Annotated[ExtractionGate, Depends(get_gate)]
+ModelsDep = Annotated[ModelManager[Extractor] | None, Depends(get_models)]
 ReaderDep = Annotated[FeatureReader, Depends(get_reader)]
 WriterDep = Annotated[FeatureWriter, Depends(get_writer)]
 AuditorDep = Annotated[Auditor, Depends(get_auditor)]

@@ -15,7 +15,7 @@ from schemas.states import AuditStatus, CompletionSource, Integrity
 from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
 from service.core.comparison import compare_hidden_states
-from service.core.gate import ExtractionGate
+from service.core.gate import ExtractionGate, configured
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
 from service.core.verifier import Verifier
@@ -23,6 +23,7 @@ from service.core.writer import FeatureWriter
 from service.errors import AmbiguousEntry, EntryNotFound, InvalidRequest
 from service.extraction.extractor import Extractor
 from service.model.loader import ModelSpec
+from service.model.manager import ModelManager
 
 _EVERY = 1_000_000
 
@@ -33,6 +34,7 @@ class Auditor:
         reader: FeatureReader,
         writer: FeatureWriter,
         versions: VersionCatalog,
+        models: ModelManager[Extractor] | None,
         gate: ExtractionGate,
         preparer: RequestPreparer,
         verifier: Verifier,
@@ -41,6 +43,7 @@ class Auditor:
         self.reader = reader
         self.writer = writer
         self.versions = versions
+        self.models = models
         self.gate = gate
         self.preparer = preparer
 
@@ -80,7 +83,7 @@ class Auditor:
 
     def _extract_like(self, key: FeatureKey, backend: Backend) -> Manifest:
         """Extract `backend`'s entry for a prompt whose sample is known from another stored entry."""
-        spec = self.gate.models.spec
+        spec = configured(self.models).spec
         if key.model_revision not in (None, spec.revision):
             raise InvalidRequest(f"this service runs model_revision {spec.revision}; it cannot extract another")
         known = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash, featureset=key.featureset), limit=1)
@@ -94,8 +97,8 @@ class Auditor:
     def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
         """Re-extract `sample` stored versions (each alone, under the policy its fingerprint names) and record whether
         each reproduces its content hash bit for bit."""
-        models = self.gate.models
-        self.gate.check_window()
+        self.gate.check()
+        models = configured(self.models)
         spec = models.spec
         available = set(spec.available_backends())
         stored = self.versions.find(EntryFilter(model_revision=spec.revision, backend=backend), limit=_EVERY)

@@ -13,8 +13,9 @@ from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter
 from schemas.tensors import DTYPES
 from service.catalog.protocol import JobStore, VersionCatalog
-from service.core.gate import ExtractionGate
+from service.core.gate import configured
 from service.core.prepare import RequestPreparer
+from service.model.loader import ModelSpec
 from service.storage.protocol import BlobStore
 
 _SAMPLED_ENTRIES = 64  # stored entries a ratio is measured on
@@ -37,14 +38,14 @@ def _head_bytes_per_token(featureset: FeatureSet) -> int:
 class Estimator:
     def __init__(
         self,
-        gate: ExtractionGate,
+        spec: ModelSpec | None,
         preparer: RequestPreparer,
         versions: VersionCatalog,
         store: BlobStore,
         jobs: JobStore,
         codec: StoreCodec,
     ) -> None:
-        self.gate = gate
+        self.spec = spec  # None on a replica without a model: nothing to estimate with
         self.preparer = preparer
         self.versions = versions
         self.store = store
@@ -52,7 +53,7 @@ class Estimator:
         self.codec = codec
 
     def estimate(self, request: EstimateRequest) -> EstimateReport:
-        spec = self.gate.models.spec
+        spec = configured(self.spec)
         prepared = self.preparer.prepare(spec, request.samples, request.featureset, request.backends)
         featureset = prepared.featureset
         hidden = _hidden_bytes_per_token(featureset, int(spec.config.hidden_size))

@@ -25,10 +25,11 @@ from schemas.timestamps import utc_now
 from schemas.torch_tensors import to_torch
 from service.catalog.protocol import VersionCatalog
 from service.core.content_checks import ContentChecks
-from service.core.gate import ExtractionGate
 from service.core.writer import FeatureWriter
 from service.errors import InvalidRequest, InvalidSample
+from service.extraction.extractor import Extractor
 from service.extraction.stats import constant_rows, layer_stats, layer_summary
+from service.model.manager import ModelManager
 
 SPOT_CHECK_TOKENS = 32
 _LAYOUT = {HIDDEN_STATES: "bfloat16", "input_ids": "int32", "loss_mask": "uint8"}
@@ -40,7 +41,7 @@ class FeatureImporter:
         self,
         writer: FeatureWriter,
         versions: VersionCatalog,
-        gate: ExtractionGate,
+        models: ModelManager[Extractor] | None,
         checks: ContentChecks,
         max_tokens: int,
         spot_check_every: int = 16,
@@ -51,7 +52,7 @@ class FeatureImporter:
         self.spot_check_every = spot_check_every
         self.spot_check_cosine = spot_check_cosine
         self.versions = versions
-        self.gate = gate
+        self.models = models  # None on a replica without a model: nothing is checked against one
         self.max_tokens = max_tokens
 
     def import_entry(self, request: ImportRequest, tensors: Mapping[str, RawTensor]) -> ImportResult:
@@ -164,14 +165,15 @@ class FeatureImporter:
             expected = [*sample.token_ids, *(completion.token_ids or [] if completion else [])]
             if not np.array_equal(ids, np.asarray(expected, dtype=ids.dtype)):
                 raise InvalidRequest("input_ids are not the sample's token_ids (and completion token_ids)")
-        if not self.gate.has_model or self.gate.models.spec.revision != request.model_revision:
+        models = self.models
+        if models is None or models.spec.revision != request.model_revision:
             if sample.token_ids is not None:
                 return []
             return [
                 "the tokens were not checked against the sample's text: this service does not run "
                 f"model_revision {request.model_revision}"
             ]
-        spec = self.gate.models.spec
+        spec = models.spec
         hidden_size = int(spec.config.hidden_size)
         if tensors[HIDDEN_STATES].shape[2] != hidden_size:
             raise InvalidRequest(
@@ -191,9 +193,15 @@ class FeatureImporter:
                 raise InvalidRequest("input_ids do not start with the sample's prompt as this model tokenises it")
             if encoded.completion_ids is not None and list(ids[len(prompt) :]) != encoded.completion_ids:
                 raise InvalidRequest("input_ids do not end with the sample's completion as this model tokenises it")
-        return self._spot_check(parsed, featureset, tensors)
+        return self._spot_check(models, parsed, featureset, tensors)
 
-    def _spot_check(self, parsed: ParsedSample, featureset: FeatureSet, tensors: Mapping[str, RawTensor]) -> list[str]:
+    def _spot_check(
+        self,
+        models: ModelManager[Extractor],
+        parsed: ParsedSample,
+        featureset: FeatureSet,
+        tensors: Mapping[str, RawTensor],
+    ) -> list[str]:
         """One import in `spot_check_every` (by prompt hash): this model's own features for the first tokens must
         agree with the imported ones, layer by layer, within the backends' spread (mean cosine), so features
         shifted by a token, taken from another request or another model are refused. Only with the weights loaded
@@ -201,7 +209,6 @@ class FeatureImporter:
         every = self.spot_check_every
         if every == 0 or int(parsed.prompt_hash[:8], 16) % every:
             return []
-        models = self.gate.models
         if not models.loaded:
             return ["not spot-checked against the model: its weights are not loaded here now"]
         ids = tensors["input_ids"].numpy()[:SPOT_CHECK_TOKENS]

@@ -26,12 +26,13 @@ from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
 from service.core.canary import Canaries
 from service.core.content_checks import ContentChecks
-from service.core.gate import ExtractionGate
+from service.core.gate import ExtractionGate, configured
 from service.core.prepare import PreparedSample, RequestPreparer
 from service.core.single_flight import SingleFlight
 from service.errors import CorruptEntry, StorageFull
-from service.extraction.extractor import Extraction, PendingExtraction
+from service.extraction.extractor import Extraction, Extractor, PendingExtraction
 from service.metrics import Metrics
+from service.model.manager import ModelManager
 from service.storage.protocol import BlobStore
 
 # sample index -> reference completion token ids and where they came from
@@ -78,6 +79,7 @@ class FeatureWriter:
         self,
         store: BlobStore,
         versions: VersionCatalog,
+        models: ModelManager[Extractor] | None,
         gate: ExtractionGate,
         preparer: RequestPreparer,
         metrics: Metrics,
@@ -89,6 +91,7 @@ class FeatureWriter:
         self.checks = checks
         self.canaries = canaries  # None: the key spaces' canaries are not checked (the `canary` setting)
         self.versions = versions
+        self.models = models  # None on a replica without a model: it records imports only
         self.gate = gate
         self.preparer = preparer
         self.metrics = metrics
@@ -104,9 +107,8 @@ class FeatureWriter:
         self, request: ExtractRequest, *, run_now: bool = False, completions: Completions | None = None
     ) -> ExtractResponse:
         """`completions`: reference completions fetched earlier, used instead of generating greedy ones here."""
-        models = self.gate.models
-        if not run_now:
-            self.gate.check_window()
+        self.gate.check(run_now)
+        models = configured(self.models)
         prepared = self.preparer.prepare(models.spec, request.samples, request.featureset, [request.backend])
         featureset, (backend,) = prepared.featureset, prepared.backends
         samples = [
@@ -174,7 +176,7 @@ class FeatureWriter:
         """The forwards on this thread, the writes on the writer threads, a bounded number in flight (InFlight)."""
         if not todo:
             return
-        models = self.gate.models
+        models = configured(self.models)
         items = [(samples[i].encoded, _label(i, samples[i].parsed)) for i, _, _ in todo]
         in_flight = InFlight(self.max_in_flight)
         with models.using() as extractor:

@@ -15,21 +15,24 @@ from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
 from service.catalog.job_records import JobRecord, NewItem
 from service.catalog.protocol import JobStore
-from service.core.gate import ExtractionGate
+from service.core.gate import configured
 from service.core.prepare import RequestPreparer
+from service.core.windows import Windows
 from service.errors import AmbiguousEntry, JobNotFound
+from service.model.loader import ModelSpec
 
 
 class JobQueue:
-    def __init__(self, jobs: JobStore, gate: ExtractionGate, preparer: RequestPreparer) -> None:
+    def __init__(self, jobs: JobStore, spec: ModelSpec | None, windows: Windows, preparer: RequestPreparer) -> None:
         self.jobs = jobs
-        self.gate = gate
+        self.spec = spec  # None on a replica without a model: submissions are refused
+        self.windows = windows
         self.preparer = preparer
 
     def submit(self, request: JobRequest) -> JobStatus:
         greedy = greedy_tokens(request.completion) if request.completion else None
         prepared = self.preparer.prepare(
-            self.gate.models.spec, request.samples, request.featureset, request.backends, greedy
+            configured(self.spec), request.samples, request.featureset, request.backends, greedy
         )
         items = []
         for index, sample in enumerate(prepared.samples):
@@ -74,7 +77,7 @@ class JobQueue:
         done, failed, pending = (
             counts.get(state, 0) for state in (ItemState.DONE, ItemState.FAILED, ItemState.PENDING)
         )
-        window_open = self.gate.windows.state().open
+        window_open = self.windows.state().open
         elapsed = _elapsed_s(job)
         return JobStatus(
             id=job.id,

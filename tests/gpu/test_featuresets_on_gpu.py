@@ -50,7 +50,7 @@ def test_top_k_on_the_gpu_equals_the_full_vocabulary_log_softmax(services) -> No
     featureset = FeatureSet(layers=[7], top_k=16)
     (result,) = services.writer.extract(ExtractRequest(samples=SAMPLES[1:2], featureset=featureset)).results
     stored = services.reader.read(result.manifest).tensors
-    model = services.gate.models.extractor().loaded.model
+    model = services.models.extractor().loaded.model
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([SAMPLES[1]["token_ids"]], device="cuda"), use_cache=False).logits[0]
     reference = torch.log_softmax(logits.float(), dim=-1).cpu()

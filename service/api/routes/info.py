@@ -5,7 +5,7 @@ from fastapi import APIRouter
 from schemas.api import Info
 from schemas.featureset import FeatureSet
 from service import __version__
-from service.api.deps import GateDep, ReadScope, SettingsDep
+from service.api.deps import ModelsDep, ReadScope, SettingsDep, WindowsDep
 from service.api.openapi import errors
 
 router = APIRouter(tags=["info"])
@@ -17,11 +17,10 @@ router = APIRouter(tags=["info"])
     summary="Model, revision, backends this host can run, default featureset, window",
     responses=errors(401, 403),
 )
-def info(gate: GateDep, settings: SettingsDep) -> Info:
-    models = gate.models if gate.has_model else None
+def info(models: ModelsDep, windows: WindowsDep, settings: SettingsDep) -> Info:
     spec = models.spec if models else None
     featureset = FeatureSet.default_for(spec.num_layers) if spec else None
-    window = gate.windows.state().model_dump()
+    window = windows.state().model_dump()
     return Info(
         version=__version__,
         model=spec.info() if spec else None,

@@ -3,18 +3,19 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from schemas.api import WindowOpenRequest, WindowState
-from service.api.deps import AdminScope, GateDep, ReadScope, WindowsDep
+from service.api.deps import AdminScope, ModelsDep, ReadScope, WindowsDep
 from service.api.openapi import errors
-from service.core.gate import ExtractionGate
 from service.errors import InvalidRequest
+from service.extraction.extractor import Extractor
+from service.model.manager import ModelManager
 
 router = APIRouter(tags=["window"])
 
 
-def _with_gpu(state: WindowState, gate: ExtractionGate) -> WindowState:
-    if not gate.has_model:
+def _with_gpu(state: WindowState, models: ModelManager[Extractor] | None) -> WindowState:
+    if models is None:
         return state
-    return state.model_copy(update={"gpu_held": gate.models.loaded, "sglang_canary": gate.models.sglang_canary})
+    return state.model_copy(update={"gpu_held": models.loaded, "sglang_canary": models.sglang_canary})
 
 
 @router.get(
@@ -23,8 +24,8 @@ def _with_gpu(state: WindowState, gate: ExtractionGate) -> WindowState:
     summary="Is the extraction window open, and until when",
     responses=errors(401, 403),
 )
-def window_state(windows: WindowsDep, gate: GateDep) -> WindowState:
-    return _with_gpu(windows.state(), gate)
+def window_state(windows: WindowsDep, models: ModelsDep) -> WindowState:
+    return _with_gpu(windows.state(), models)
 
 
 @router.post(
@@ -33,9 +34,9 @@ def window_state(windows: WindowsDep, gate: GateDep) -> WindowState:
     summary="Open a manual window for N minutes",
     responses=errors(401, 403, 422),
 )
-def open_window(body: WindowOpenRequest, windows: WindowsDep, gate: GateDep) -> WindowState:
+def open_window(body: WindowOpenRequest, windows: WindowsDep, models: ModelsDep) -> WindowState:
     try:
-        return _with_gpu(windows.open(body.minutes), gate)
+        return _with_gpu(windows.open(body.minutes), models)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from None
 
@@ -46,5 +47,5 @@ def open_window(body: WindowOpenRequest, windows: WindowsDep, gate: GateDep) -> 
     summary="Close the window now (a scheduled one stays shut until its end)",
     responses=errors(401, 403),
 )
-def close_window(windows: WindowsDep, gate: GateDep) -> WindowState:
-    return _with_gpu(windows.close(), gate)
+def close_window(windows: WindowsDep, models: ModelsDep) -> WindowState:
+    return _with_gpu(windows.close(), models)

@@ -102,7 +102,7 @@ def test_the_real_probe_never_costs_a_bit(settings: Settings, tiny_loaded: Loade
     """Whatever this host's probe finds: every entry equals one-by-one extraction bit for bit, the fingerprint
     names the policy that ran, and the audit (one sequence per forward) reproduces every entry."""
     one, batched = _libraries(settings, tiny_loaded)
-    keeps_bits = batched.gate.models.extractor().batching_keeps_bits(BUDGET, Backend.TORCH)
+    keeps_bits = batched.models.extractor().batching_keeps_bits(BUDGET, Backend.TORCH)
     policy = describe(BUDGET if keeps_bits else 0)
     for single, together in zip(
         one.writer.extract(REQUEST).results, batched.writer.extract(REQUEST).results, strict=True
