@@ -48,13 +48,12 @@ from schemas.api import (
 )
 from schemas.chunk_wire import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
+from schemas.http import DEFAULT_URL, SAFETENSORS_MEDIA_TYPE
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import Manifest
 from schemas.tensors import RawTensor
 from schemas.tokens import TokenRange
 
-DEFAULT_URL = "http://127.0.0.1:8000"
-SAFETENSORS = "application/octet-stream"
 Tokens = tuple[int | None, int | None] | TokenRange | str
 WireFormat = Literal["chunks", "safetensors"]
 
@@ -98,7 +97,9 @@ class FeatureClient:
         self.wire_format = wire_format
         self.verify = verify
         self._buffers = BufferPool(keep=max_connections)
-        accepted = [chunk_wire.MEDIA_TYPE, SAFETENSORS] if wire_format == "chunks" else [SAFETENSORS]
+        accepted = (
+            [chunk_wire.MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE] if wire_format == "chunks" else [SAFETENSORS_MEDIA_TYPE]
+        )
         self._accept = {"accept": ", ".join(accepted)}
         self.direct_reads = direct_reads
         self._objects = Connections(timeout)  # no bearer token: presigned URLs carry their own
@@ -407,7 +408,7 @@ class FeatureClient:
         loss_mask uint8 [T] optional), under `request.content_hash`, which the service checks against the bytes.
         `hsstore import` reads SpecForge and speculators files into this (`client.exchange`)."""
         body = b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
-        headers = {"content-type": "application/octet-stream"}
+        headers = {"content-type": SAFETENSORS_MEDIA_TYPE}
         return self._transport.call(ImportResult, "POST", "/v1/entries:import", content=body, headers=headers)
 
     def submit_job(

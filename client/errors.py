@@ -16,12 +16,15 @@ class HsstoreError(Exception):
         super().__init__(f"[{status} {code}] {message}" if status else message)
 
 
-class ConnectionFailed(HsstoreError):
+class ConnectionFailedError(HsstoreError):
     """Nothing answered at the URL (refused, unreachable, timed out)."""
 
     def __init__(self, message: str, url: str) -> None:
         self.url = url
         super().__init__(message)
+
+
+ConnectionFailed = ConnectionFailedError  # the name up to 0.1.0; kept for one release
 
 
 class NotHsstoreError(HsstoreError):

@@ -14,7 +14,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from client.bodies import Body, Connections, HttpxBody, ReceiveFailed, read_all
-from client.errors import ConnectionFailed, HsstoreError, IntegrityError, NotHsstoreError, error_for
+from client.errors import ConnectionFailedError, HsstoreError, IntegrityError, NotHsstoreError, error_for
 from schemas.api import BatchItem
 from schemas.errors import ERROR_HEADER, ErrorCode
 
@@ -38,17 +38,19 @@ class Transport:
         try:
             yield
         except httpx.ConnectError as exc:
-            raise ConnectionFailed(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
+            raise ConnectionFailedError(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
         except httpx.TimeoutException as exc:
-            raise ConnectionFailed(f"{method} {self.url}{path} timed out ({type(exc).__name__})", self.url) from None
+            raise ConnectionFailedError(
+                f"{method} {self.url}{path} timed out ({type(exc).__name__})", self.url
+            ) from None
         except httpx.TransportError as exc:
-            raise ConnectionFailed(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
+            raise ConnectionFailedError(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
         except ReceiveFailed as exc:
             if isinstance(exc.__cause__, ConnectionRefusedError):
-                raise ConnectionFailed(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
+                raise ConnectionFailedError(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
             if isinstance(exc.__cause__, TimeoutError):
-                raise ConnectionFailed(f"{method} {self.url}{path} timed out", self.url) from None
-            raise ConnectionFailed(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
+                raise ConnectionFailedError(f"{method} {self.url}{path} timed out", self.url) from None
+            raise ConnectionFailedError(f"{method} {self.url}{path} failed: {_reason(exc)}", self.url) from None
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         with self.failures(method, path):

@@ -33,7 +33,7 @@ def explain(exc: Exception) -> tuple[str, str | None]:
     url_hint = "point the CLI at the service with --url URL or HSSTORE_URL"
     if isinstance(exc, CliError):
         return exc.message, exc.hint
-    if isinstance(exc, client_errors.ConnectionFailed):
+    if isinstance(exc, client_errors.ConnectionFailedError):
         return exc.message, f"is `hsstore serve` running there? {url_hint}"
     if isinstance(exc, client_errors.NotHsstoreError):
         return exc.message, url_hint

@@ -13,12 +13,13 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from schemas.http import DEFAULT_URL
+
 if TYPE_CHECKING:
     from client import FeatureClient
 
 console = Console(stderr=True)  # progress and spinners; results go to stdout
 
-DEFAULT_URL = "http://127.0.0.1:8000"
 UrlOption = Annotated[str, typer.Option(envvar="HSSTORE_URL", help="service base URL (or HSSTORE_URL)")]
 TokenOption = Annotated[str | None, typer.Option(envvar="HSSTORE_TOKEN", help="bearer token (or HSSTORE_TOKEN)")]
 JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (whole ids) instead of columns")]

@@ -137,6 +137,3 @@ def audit(
     typer.echo(f"{report.reproduced}/{report.total} reproduced bit for bit{skipped}")
     if report.mismatched:
         raise typer.Exit(1)
-
-
-COMMANDS = (get, entries, compare, audit)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from client import ConnectionFailed
+from client import ConnectionFailedError
 from hsstore.cli import app
 from schemas.prompt_hash import prompt_hash
 from tests.conftest import REPO, coding_prompts, free_port, wait_for
@@ -134,7 +134,7 @@ def test_debug_is_taken_anywhere_on_the_line() -> None:
         ["entries", "--url", url, "--debug"],
     ):
         result = CliRunner().invoke(app, args)
-        assert isinstance(result.exception, ConnectionFailed), (args, result.output)  # the traceback, not a line
+        assert isinstance(result.exception, ConnectionFailedError), (args, result.output)  # the traceback, not a line
 
 
 def test_window_open_and_close_agree_on_a_service_that_always_has_the_gpu(live_url: str) -> None:

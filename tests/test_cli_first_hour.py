@@ -63,11 +63,11 @@ def test_connection_refused_names_the_url_and_how_to_set_it() -> None:
 
 
 def test_debug_shows_the_traceback() -> None:
-    from client import ConnectionFailed
+    from client import ConnectionFailedError
 
     url = f"http://127.0.0.1:{free_port()}"
-    assert isinstance(invoke("--debug", "jobs", "--url", url).exception, ConnectionFailed)
-    assert isinstance(invoke("jobs", "--url", url, env={"HSSTORE_DEBUG": "1"}).exception, ConnectionFailed)
+    assert isinstance(invoke("--debug", "jobs", "--url", url).exception, ConnectionFailedError)
+    assert isinstance(invoke("jobs", "--url", url, env={"HSSTORE_DEBUG": "1"}).exception, ConnectionFailedError)
 
 
 def test_another_server_on_the_port_is_named_as_not_hsstore(foreign_url: str) -> None:

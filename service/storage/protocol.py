@@ -19,10 +19,6 @@ class Selection:
     rows: tuple[int, int] | None = None
     axis1: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
-    @property
-    def is_everything(self) -> bool:
-        return self.rows is None and not self.axis1
-
 
 @dataclass(frozen=True, slots=True)
 class Stored:

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 import client as client_package
 from client import (
-    ConnectionFailed,
+    ConnectionFailedError,
     FeatureClient,
     HsstoreError,
     InvalidRequestError,
@@ -29,12 +29,12 @@ from tests.conftest import LiveServer, free_port
 
 def test_connection_failure_is_the_clients_own_error_naming_the_url() -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    with FeatureClient(url) as hs, pytest.raises(ConnectionFailed) as raised:
+    with FeatureClient(url) as hs, pytest.raises(ConnectionFailedError) as raised:
         hs.info()
     assert isinstance(raised.value, HsstoreError) and raised.value.url == url and url in str(raised.value)
-    with FeatureClient(url) as hs, pytest.raises(ConnectionFailed):
+    with FeatureClient(url) as hs, pytest.raises(ConnectionFailedError):
         hs.get(prompt_hash="a" * 64)
-    with FeatureClient(url) as hs, pytest.raises(ConnectionFailed):
+    with FeatureClient(url) as hs, pytest.raises(ConnectionFailedError):
         hs.exists(prompt_hash="a" * 64)
 
 

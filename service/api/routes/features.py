@@ -8,6 +8,7 @@ from starlette.concurrency import run_in_threadpool
 
 from schemas import chunk_wire, wire
 from schemas.api import BatchItem, BatchRequest
+from schemas.http import FRAMES_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
 from schemas.manifest import Manifest
 from service.api.deps import ReaderDep, ReadScope, SettingsDep
 from service.api.error_handlers import error_frame
@@ -18,8 +19,6 @@ from service.core.reader import Part
 from service.errors import TooLarge
 
 router = APIRouter(tags=["features"])
-SAFETENSORS = "application/octet-stream"
-FRAMES = "application/x-hsstore-frames"
 
 
 def _key_headers(manifest: Manifest) -> dict[str, str]:
@@ -50,7 +49,7 @@ def _part_headers(part: Part) -> dict[str, str]:
         **binary(
             "safetensors, header metadata `manifest` and `served` (layers, tokens, hash of what was served); or, "
             f"to a client that accepts `{chunk_wire.MEDIA_TYPE}`, the stored chunks with their index",
-            SAFETENSORS,
+            SAFETENSORS_MEDIA_TYPE,
             chunk_wire.MEDIA_TYPE,
         ),
         **errors(401, 403, 404, 409, 422),
@@ -74,7 +73,7 @@ def get_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsCh
         "X-Hsstore-Served-Hash": served.served_hash,
         "Content-Length": str(wire.frame_length(parts)),
     }
-    return stream(slices(parts), SAFETENSORS, headers)
+    return stream(slices(parts), SAFETENSORS_MEDIA_TYPE, headers)
 
 
 @router.head(
@@ -88,7 +87,7 @@ def head_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsC
     manifest = reader.resolve(query.key, query.layers)
     body = reader.chunk_body(manifest, query.layers, query.tokens) if chunks_ok else None
     length = body.length if body is not None else reader.served_length(manifest, query.layers, query.tokens)
-    media_type = chunk_wire.MEDIA_TYPE if body is not None else SAFETENSORS
+    media_type = chunk_wire.MEDIA_TYPE if body is not None else SAFETENSORS_MEDIA_TYPE
     # Response would set Content-Length: 0 for an empty body; HEAD announces the GET's length instead
     response = Response(status_code=200, headers=_key_headers(manifest), media_type=media_type)
     response.headers["content-length"] = str(length)
@@ -100,7 +99,7 @@ def head_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsC
     dependencies=[ReadScope],
     response_class=Response,
     summary="Several entries in one framed response (per key: u64 length, u8 kind, features body or error)",
-    responses={**binary("frames, one per key, in order", FRAMES), **errors(401, 403, 404, 409, 413, 422)},
+    responses={**binary("frames, one per key, in order", FRAMES_MEDIA_TYPE), **errors(401, 403, 404, 409, 413, 422)},
 )
 def batch_features(
     request: BatchRequest, reader: ReaderDep, settings: SettingsDep, chunks_ok: AcceptsChunksDep
@@ -149,7 +148,7 @@ def batch_features(
             async for piece in slices(pieces):
                 yield piece
 
-    return stream(frames(), FRAMES, {})
+    return stream(frames(), FRAMES_MEDIA_TYPE, {})
 
 
 @router.post(
