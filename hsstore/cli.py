@@ -247,7 +247,7 @@ def migrate(
     """Bring the catalog's schema (HSSTORE_CATALOG_URL, or catalog.sqlite under the data directory) to this hsstore's
     version. Every process also migrates at start, once, under a lock; a process older than the schema refuses to
     start, so upgrade a cluster by migrating first, then restarting workers and replicas on the new version."""
-    from service.main import build_catalog, catalog_schema
+    from service.registry import build_catalog, catalog_schema
     from service.settings import Settings
 
     settings = Settings.load(config, model_dir=None)

@@ -28,7 +28,7 @@ class CliError(Exception):
 def explain(exc: Exception) -> tuple[str, str | None]:
     """(what failed, what to do) for an exception a command let through."""
     from client import errors as client_errors  # the client is light, but only commands that talk need it
-    from service.settings import ConfigError
+    from service.errors import ConfigError
 
     url_hint = "point the CLI at the service with --url URL or HSSTORE_URL"
     if isinstance(exc, CliError):

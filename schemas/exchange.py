@@ -13,6 +13,7 @@ Layer ids differ by one between the pipelines, and an off-by-one costs acceptanc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -28,31 +29,49 @@ class ExportFormat(StrEnum):
     SPECULATORS = "speculators"  # hidden_states/hs_{i}.safetensors: token_ids [T], hidden_states [T, L, H]
 
 
-CONVENTIONS = {
-    ExportFormat.SPECFORGE: "dflash: id L = output of decoder layer L = HF hidden_states[L+1] (hsstore's own ids)",
-    ExportFormat.SPECULATORS: "speculators/vllm: id k = input of decoder layer k = HF hidden_states[k] "
-    "(hsstore layer k-1; 0 = embed); the last id is the final layer, num_layers",
+@dataclass(frozen=True, slots=True)
+class LayerConvention:
+    """How a format numbers layers: format id = hsstore layer + `offset`; `embed_id` is the embedding output's id,
+    None where the format holds decoder layers only. No format holds the post-norm layer."""
+
+    text: str
+    offset: int
+    embed_id: int | None
+
+    def to_ids(self, layers: list[LayerId], fmt: ExportFormat) -> list[int]:
+        """hsstore layers as the format names them; ValueError for a layer the format has no id for."""
+        if FINAL_NORM in layers:
+            raise ValueError(f"{fmt} files hold no post-norm layer: export without 'final_norm' (--layers)")
+        if EMBED in layers and self.embed_id is None:
+            raise ValueError(f"{fmt} files hold decoder layers only: export without 'embed' (--layers)")
+        return [self.embed_id if layer == EMBED else int(layer) + self.offset for layer in layers]
+
+    def from_ids(self, ids: list[int]) -> list[LayerId]:
+        """A format's layer ids as hsstore layers (in the order given)."""
+        if any(i < 0 for i in ids):
+            raise ValueError(f"layer ids {ids} hold a negative id")
+        return [EMBED if i == self.embed_id else i - self.offset for i in ids]
+
+
+CONVENTIONS: dict[ExportFormat, LayerConvention] = {
+    ExportFormat.SPECFORGE: LayerConvention(
+        "dflash: id L = output of decoder layer L = HF hidden_states[L+1] (hsstore's own ids)", offset=0, embed_id=None
+    ),
+    ExportFormat.SPECULATORS: LayerConvention(
+        "speculators/vllm: id k = input of decoder layer k = HF hidden_states[k] "
+        "(hsstore layer k-1; 0 = embed); the last id is the final layer, num_layers",
+        offset=1,
+        embed_id=0,
+    ),
 }
 
 
 def to_format_ids(layers: list[LayerId], fmt: ExportFormat) -> list[int]:
-    """hsstore layers as the format names them; ValueError for a layer the format has no id for."""
-    if FINAL_NORM in layers:
-        raise ValueError(f"{fmt} files hold no post-norm layer: export without 'final_norm' (--layers)")
-    if fmt == ExportFormat.SPECFORGE:
-        if EMBED in layers:
-            raise ValueError("SpecForge's DFlash files hold decoder layers only: export without 'embed' (--layers)")
-        return [int(layer) for layer in layers]
-    return [0 if layer == EMBED else int(layer) + 1 for layer in layers]
+    return CONVENTIONS[fmt].to_ids(layers, fmt)
 
 
 def from_format_ids(ids: list[int], fmt: ExportFormat) -> list[LayerId]:
-    """A format's layer ids as hsstore layers (in the order given)."""
-    if any(i < 0 for i in ids):
-        raise ValueError(f"layer ids {ids} hold a negative id")
-    if fmt == ExportFormat.SPECFORGE:
-        return list(ids)
-    return [EMBED if i == 0 else i - 1 for i in ids]
+    return CONVENTIONS[fmt].from_ids(ids)
 
 
 class ExportedEntry(BaseModel):

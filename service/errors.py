@@ -5,6 +5,11 @@ from __future__ import annotations
 from schemas.errors import ErrorCode
 
 
+class ConfigError(ValueError):
+    """A setting that cannot work (a config file missing or not TOML, a URL of no known scheme, a catalog out of
+    reach at start): said when the service starts, never a silent fallback, and never an HTTP answer."""
+
+
 class HsstoreError(Exception):
     code: ErrorCode = ErrorCode.INTERNAL
 

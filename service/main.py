@@ -30,16 +30,7 @@ from service.api.routes import (
     jobs,
     window,
 )
-from service.catalog import (
-    JobStore,
-    KeyValue,
-    SqliteDatabase,
-    SqliteJobStore,
-    SqliteKeyValue,
-    SqliteVersionCatalog,
-    VersionCatalog,
-)
-from service.catalog.migrations import PartSchema
+from service.catalog import JobStore, KeyValue, VersionCatalog
 from service.catalog.protocol import Database
 from service.core.auditor import Auditor
 from service.core.canary import Canaries
@@ -55,9 +46,9 @@ from service.core.rebuild import CatalogRebuilder
 from service.core.verifier import Verifier
 from service.core.windows import Windows
 from service.core.writer import FeatureWriter
-from service.errors import HsstoreError
+from service.errors import ConfigError, HsstoreError
 from service.extraction.extractor import Extractor
-from service.host.handover import CommandHandover, GpuHandover, HandoverLedger, MemorySaverHandover, NoHandover
+from service.host.handover import GpuHandover, HandoverLedger
 from service.host.sglang import SGLangClient
 from service.host.sglang_canary import CheckedHandover
 from service.jobs.queue import JobQueue
@@ -65,37 +56,19 @@ from service.jobs.runner import JobRunner
 from service.metrics import Metrics
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
-from service.settings import ConfigError, Settings
-from service.storage.object_store import ObjectZarrStore, open_url
+from service.registry import HANDOVERS, build_catalog, build_store
+from service.settings import Settings
 from service.storage.protocol import BlobStore
-from service.storage.zarr_local import LocalZarrStore
 
 log = logging.getLogger("hsstore")
 
 
 def make_handover(settings: Settings, on_sglang_mismatch: Callable[[], None] = lambda: None) -> GpuHandover:
     """The hand-over the settings name, its resume checked by SGLang's greedy canary (`sglang_canary`)."""
-    inner = _handover(settings)
+    inner = HANDOVERS[settings.handover](settings)
     if inner.name == "none" or not settings.sglang_canary or not settings.sglang_url:
         return inner
     return CheckedHandover(inner, SGLangClient(settings.sglang_url, settings.handover_timeout_s), on_sglang_mismatch)
-
-
-def _handover(settings: Settings) -> GpuHandover:
-    if settings.handover == "memory_saver":
-        if not settings.sglang_url:
-            raise ValueError("handover = memory_saver needs sglang_url")
-        return MemorySaverHandover(settings.sglang_url, settings.handover_timeout_s)
-    if settings.handover == "commands":
-        if not (settings.sglang_stop_command and settings.sglang_start_command and settings.sglang_url):
-            raise ValueError("handover = commands needs sglang_stop_command, sglang_start_command and sglang_url")
-        return CommandHandover(
-            settings.sglang_stop_command,
-            settings.sglang_start_command,
-            settings.sglang_url,
-            settings.handover_timeout_s,
-        )
-    return NoHandover()
 
 
 def build_models(
@@ -165,44 +138,6 @@ class Services:
     def close(self) -> None:
         self.writer.close()
         self.database.close()
-
-
-def build_store(settings: Settings, read_only: bool) -> BlobStore:
-    if settings.store_url is None:
-        return LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only, codec=settings.codec)
-    objects = open_url(settings.store_url, settings.s3_endpoint)
-    return ObjectZarrStore(objects, settings.chunk_tokens, read_only, settings.codec, url=settings.store_url)
-
-
-def build_catalog(settings: Settings, read_only: bool) -> tuple[Database, VersionCatalog, JobStore, KeyValue]:
-    """SQLite under data_dir, or the Postgres `catalog_url` names: each part on the engine's one shared database."""
-    if settings.catalog_url is None:
-        sqlite = SqliteDatabase(settings.catalog_path, read_only=read_only)
-        return sqlite, SqliteVersionCatalog(sqlite), SqliteJobStore(sqlite), SqliteKeyValue(sqlite)
-    # imported here: psycopg needs libpq, which a host on SQLite (a GPU box, a laptop) need not have
-    from service.catalog.postgres import PostgresDatabase, PostgresJobStore, PostgresKeyValue, PostgresVersionCatalog
-
-    postgres = PostgresDatabase(settings.catalog_url, read_only=read_only, max_connections=settings.catalog_connections)
-    return postgres, PostgresVersionCatalog(postgres), PostgresJobStore(postgres), PostgresKeyValue(postgres)
-
-
-def catalog_schema(settings: Settings) -> list[PartSchema] | None:
-    """How far the configured catalog's schema is, part by part, read without migrating (None: no catalog yet)."""
-    if settings.catalog_url is None:
-        from service.catalog.sqlite import jobs, kv, versions
-
-        if not settings.catalog_path.exists():
-            return None
-        database: Database = SqliteDatabase(settings.catalog_path, read_only=True)
-    else:
-        from service.catalog.postgres import PostgresDatabase, jobs, kv, versions  # type: ignore[no-redef]
-
-        database = PostgresDatabase(settings.catalog_url, read_only=True, max_connections=1)
-    try:
-        parts = {"versions": versions.MIGRATIONS, "jobs": jobs.MIGRATIONS, "kv": kv.MIGRATIONS}
-        return [PartSchema(part, database.schema_version(part), len(steps)) for part, steps in parts.items()]
-    finally:
-        database.close()
 
 
 def build_services(

@@ -14,16 +14,13 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
+from service.errors import ConfigError
 
 CONFIG_ENV = "HSSTORE_CONFIG"
 
 
 # A config file named on the command line, for the one Settings being built (never the process environment)
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("hsstore_config_file", default=None)
-
-
-class ConfigError(ValueError):
-    """The configuration file named cannot be used (missing, unreadable, not TOML): never a silent fallback."""
 
 
 def _toml_source(settings_cls: type[BaseSettings], path: Path) -> TomlConfigSettingsSource:

@@ -188,8 +188,8 @@ def test_workers_lists_who_holds_which_items_until_when(settings, tiny_loaded, t
 
 
 def test_a_service_beyond_loopback_without_tokens_refuses_to_start_unless_told(settings, tiny_loaded) -> None:
+    from service.errors import ConfigError
     from service.main import build_services, create_app, startup_lines
-    from service.settings import ConfigError
 
     exposed = settings.model_copy(update={"host": "0.0.0.0"})
     with pytest.raises(ConfigError, match=r"refusing to serve 0\.0\.0\.0 without auth.*HSSTORE_ALLOW_ANONYMOUS"):

@@ -16,8 +16,10 @@ import gzip
 import io
 import json
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from safetensors import safe_open
@@ -46,50 +48,155 @@ class Found:
     layer_ids: list[int]  # in the format's convention: as given, or as an exported file's own metadata names them
 
 
-def specforge_path(index: int) -> str:
-    group = index // SPECFORGE_GROUP * SPECFORGE_GROUP
-    return f"rows_{group}-{group + SPECFORGE_GROUP}/data_{index}.ckpt"
+class ExchangeFormat(ABC):
+    """One pipeline's files: where entry i goes and its bytes, a side file of rows its dataset reads, which layers
+    its trainer can take, and how its files are listed and read back. A new format is one subclass and one row of
+    FORMATS (and its layer convention in schemas.exchange)."""
+
+    fmt: ClassVar[ExportFormat]
+    rows_file: ClassVar[str | None] = None  # beside the files: one JSON line per entry, in file order
+
+    def check_layers(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
+        """ValueError for layers the pipeline's trainer cannot take as they are (any, unless a format says)."""
+        return None
+
+    @abstractmethod
+    def path(self, index: int) -> str: ...
+
+    @abstractmethod
+    def encode(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, hidden: torch.Tensor, provenance: dict) -> bytes:
+        """One entry's file. `provenance`: what the export knows of it (layer ids, hashes, revision, backend)."""
+
+    def row(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> str | None:
+        """The entry's line of `rows_file`."""
+        return None
+
+    @abstractmethod
+    def files(self, directory: Path) -> list[str]:
+        """The format's files under `directory`, relative, in the order its own loader lists them."""
+
+    @abstractmethod
+    def read(self, path: Path, relative: str, layer_ids: list[int] | None) -> Found:
+        """`layer_ids`: the format's ids of the file's layers in file order (None: the file's own metadata)."""
 
 
-def speculators_path(index: int) -> str:
-    return f"{SPECULATORS_DIR}/hs_{index}.safetensors"
+class SpecForge(ExchangeFormat):
+    fmt = ExportFormat.SPECFORGE
 
+    def path(self, index: int) -> str:
+        group = index // SPECFORGE_GROUP * SPECFORGE_GROUP
+        return f"rows_{group}-{group + SPECFORGE_GROUP}/data_{index}.ckpt"
 
-def encode_specforge(input_ids: torch.Tensor, loss_mask: torch.Tensor, hidden: torch.Tensor) -> bytes:
-    """One sample as SpecForge's DFlash offline loader reads it. Fresh tensors: torch.save writes whole storages."""
-    tokens, layers, width = hidden.shape
-    record = {
-        "input_ids": input_ids.to(torch.int64).clone(),
-        "loss_mask": loss_mask.to(torch.int64).clone(),
-        "hidden_states": hidden.reshape(1, tokens, layers * width).clone(),
-    }
-    buffer = io.BytesIO()
-    torch.save(record, buffer)
-    return buffer.getvalue()
+    def encode(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, hidden: torch.Tensor, provenance: dict) -> bytes:
+        """As SpecForge's DFlash offline loader reads it (no room for provenance: the export's index holds it).
+        Fresh tensors: torch.save writes whole storages."""
+        tokens, layers, width = hidden.shape
+        record = {
+            "input_ids": input_ids.to(torch.int64).clone(),
+            "loss_mask": loss_mask.to(torch.int64).clone(),
+            "hidden_states": hidden.reshape(1, tokens, layers * width).clone(),
+        }
+        buffer = io.BytesIO()
+        torch.save(record, buffer)
+        return buffer.getvalue()
 
-
-def encode_speculators(input_ids: torch.Tensor, hidden: torch.Tensor, provenance: dict) -> bytes:
-    tensors = {"token_ids": input_ids.to(torch.int64).contiguous(), "hidden_states": hidden.contiguous()}
-    return save_safetensors(tensors, metadata={SPECULATORS_METADATA: json.dumps(provenance, sort_keys=True)})
-
-
-def files_of(directory: Path, fmt: ExportFormat) -> list[str]:
-    """The format's files under `directory`, relative, in the order its own loader lists them (SpecForge: sorted
-    paths; speculators: by sample index)."""
-    if fmt == ExportFormat.SPECFORGE:
+    def files(self, directory: Path) -> list[str]:
         found = [p for p in directory.rglob("*") if p.is_file() and p.name.endswith((".ckpt", ".ckpt.gz"))]
         return sorted(str(p.relative_to(directory)) for p in found)
-    base = directory / SPECULATORS_DIR if (directory / SPECULATORS_DIR).is_dir() else directory
-    numbered = [(int(m[1]), p) for p in base.iterdir() if (m := _SPECULATORS_FILE.match(p.name))]
-    return [str(p.relative_to(directory)) for _, p in sorted(numbered)]
+
+    def read(self, path: Path, relative: str, layer_ids: list[int] | None) -> Found:
+        try:
+            if path.name.endswith(".gz"):
+                with gzip.open(path, "rb") as handle:
+                    raw = torch.load(io.BytesIO(handle.read()), map_location="cpu", weights_only=True)
+            else:
+                raw = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # a pickle of anything but plain tensors, a truncated zip, not a torch file at all
+            raise FormatError(f"{relative}: not a SpecForge feature file torch.load reads as tensors: {exc}") from None
+        if not isinstance(raw, dict) or not {"input_ids", "loss_mask", "hidden_states"} <= set(raw):
+            keys = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
+            raise FormatError(
+                f"{relative}: not a DFlash offline file (input_ids, loss_mask, hidden_states); it holds {keys}"
+            )
+        hidden = raw["hidden_states"]
+        if hidden.dim() == 3 and hidden.shape[0] == 1:
+            hidden = hidden[0]
+        if hidden.dim() != 2:
+            shape = list(raw["hidden_states"].shape)
+            raise FormatError(f"{relative}: hidden_states has shape {shape}; want [1, T, L*H]")
+        if layer_ids is None:
+            raise FormatError(f"{relative}: SpecForge files do not name their layers: give --layer-ids")
+        tokens, width = hidden.shape
+        if width % len(layer_ids):
+            raise FormatError(f"{relative}: hidden_states are {width} wide, not a multiple of {len(layer_ids)} layers")
+        hidden = hidden.reshape(tokens, len(layer_ids), width // len(layer_ids))
+        return Found(
+            f"specforge:{relative}",
+            relative,
+            _ids(raw["input_ids"], relative),
+            _mask(raw["loss_mask"], relative),
+            _bf16(hidden, relative),
+            layer_ids,
+        )
 
 
-def read_file(directory: Path, relative: str, fmt: ExportFormat, layer_ids: list[int] | None) -> Found:
-    """`layer_ids`: the format's ids of the file's layers in file order (None: the file's own metadata names them)."""
-    path = directory / relative
-    if fmt == ExportFormat.SPECFORGE:
-        return _read_specforge(path, relative, layer_ids)
-    return _read_speculators(path, relative, layer_ids)
+class Speculators(ExchangeFormat):
+    fmt = ExportFormat.SPECULATORS
+    rows_file = "rows.jsonl"  # input_ids, loss_mask, seq_len per sample: its dataset's columns
+
+    def check_layers(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
+        if num_layers is None:
+            raise ValueError(f"the service does not run model_revision {revision}: give its number of layers")
+        if chosen[-1] != num_layers - 1:
+            raise ValueError(
+                f"speculators' files end with the final layer (id {num_layers}, hsstore layer {num_layers - 1}), "
+                f"which its trainer splits off as verifier_last_hidden_states; these layers end with {chosen[-1]}"
+            )
+
+    def path(self, index: int) -> str:
+        return f"{SPECULATORS_DIR}/hs_{index}.safetensors"
+
+    def encode(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, hidden: torch.Tensor, provenance: dict) -> bytes:
+        tensors = {"token_ids": input_ids.to(torch.int64).contiguous(), "hidden_states": hidden.contiguous()}
+        return save_safetensors(tensors, metadata={SPECULATORS_METADATA: json.dumps(provenance, sort_keys=True)})
+
+    def row(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> str | None:
+        row = {"input_ids": input_ids.tolist(), "loss_mask": loss_mask.tolist(), "seq_len": int(input_ids.shape[0])}
+        return json.dumps(row, separators=(",", ":"))
+
+    def files(self, directory: Path) -> list[str]:
+        base = directory / SPECULATORS_DIR if (directory / SPECULATORS_DIR).is_dir() else directory
+        numbered = [(int(m[1]), p) for p in base.iterdir() if (m := _SPECULATORS_FILE.match(p.name))]
+        return [str(p.relative_to(directory)) for _, p in sorted(numbered)]
+
+    def read(self, path: Path, relative: str, layer_ids: list[int] | None) -> Found:
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                metadata = handle.metadata() or {}
+                names = set(handle.keys())
+                if not {"token_ids", "hidden_states"} <= names:
+                    raise FormatError(
+                        f"{relative}: a speculators file holds token_ids and hidden_states; it holds {names}"
+                    )
+                input_ids, hidden = handle.get_tensor("token_ids"), handle.get_tensor("hidden_states")
+        except FormatError:
+            raise
+        except Exception as exc:
+            raise FormatError(f"{relative}: not a safetensors file: {exc}") from None
+        if layer_ids is None and SPECULATORS_METADATA in metadata:
+            layer_ids = json.loads(metadata[SPECULATORS_METADATA]).get("layer_ids")
+        if layer_ids is None:
+            raise FormatError(f"{relative}: the file does not name its layers: give --layer-ids (vLLM's ids)")
+        if hidden.dim() != 3 or hidden.shape[1] != len(layer_ids):
+            raise FormatError(
+                f"{relative}: hidden_states has shape {list(hidden.shape)}; want [T, {len(layer_ids)} layers, H]"
+            )
+        return Found(
+            f"speculators:{relative}", relative, _ids(input_ids, relative), None, _bf16(hidden, relative), layer_ids
+        )
+
+
+FORMATS: dict[ExportFormat, ExchangeFormat] = {form.fmt: form for form in (SpecForge(), Speculators())}
 
 
 def in_featureset_order(layers: list[LayerId], hidden: torch.Tensor) -> tuple[list[LayerId], torch.Tensor]:
@@ -98,66 +205,6 @@ def in_featureset_order(layers: list[LayerId], hidden: torch.Tensor) -> tuple[li
     if order == list(range(len(layers))):
         return layers, hidden
     return [layers[i] for i in order], hidden[:, order].contiguous()
-
-
-def _read_specforge(path: Path, relative: str, layer_ids: list[int] | None) -> Found:
-    try:
-        if path.name.endswith(".gz"):
-            with gzip.open(path, "rb") as handle:
-                raw = torch.load(io.BytesIO(handle.read()), map_location="cpu", weights_only=True)
-        else:
-            raw = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a pickle of anything but plain tensors, a truncated zip, not a torch file at all
-        raise FormatError(f"{relative}: not a SpecForge feature file torch.load reads as tensors: {exc}") from None
-    if not isinstance(raw, dict) or not {"input_ids", "loss_mask", "hidden_states"} <= set(raw):
-        keys = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
-        raise FormatError(
-            f"{relative}: not a DFlash offline file (input_ids, loss_mask, hidden_states); it holds {keys}"
-        )
-    hidden = raw["hidden_states"]
-    if hidden.dim() == 3 and hidden.shape[0] == 1:
-        hidden = hidden[0]
-    if hidden.dim() != 2:
-        raise FormatError(f"{relative}: hidden_states has shape {list(raw['hidden_states'].shape)}; want [1, T, L*H]")
-    if layer_ids is None:
-        raise FormatError(f"{relative}: SpecForge files do not name their layers: give --layer-ids")
-    tokens, width = hidden.shape
-    if width % len(layer_ids):
-        raise FormatError(f"{relative}: hidden_states are {width} wide, not a multiple of {len(layer_ids)} layers")
-    hidden = hidden.reshape(tokens, len(layer_ids), width // len(layer_ids))
-    return Found(
-        f"specforge:{relative}",
-        relative,
-        _ids(raw["input_ids"], relative),
-        _mask(raw["loss_mask"], relative),
-        _bf16(hidden, relative),
-        layer_ids,
-    )
-
-
-def _read_speculators(path: Path, relative: str, layer_ids: list[int] | None) -> Found:
-    try:
-        with safe_open(str(path), framework="pt") as handle:
-            metadata = handle.metadata() or {}
-            names = set(handle.keys())
-            if not {"token_ids", "hidden_states"} <= names:
-                raise FormatError(f"{relative}: a speculators file holds token_ids and hidden_states; it holds {names}")
-            input_ids, hidden = handle.get_tensor("token_ids"), handle.get_tensor("hidden_states")
-    except FormatError:
-        raise
-    except Exception as exc:
-        raise FormatError(f"{relative}: not a safetensors file: {exc}") from None
-    if layer_ids is None and SPECULATORS_METADATA in metadata:
-        layer_ids = json.loads(metadata[SPECULATORS_METADATA]).get("layer_ids")
-    if layer_ids is None:
-        raise FormatError(f"{relative}: the file does not name its layers: give --layer-ids (vLLM's ids)")
-    if hidden.dim() != 3 or hidden.shape[1] != len(layer_ids):
-        raise FormatError(
-            f"{relative}: hidden_states has shape {list(hidden.shape)}; want [T, {len(layer_ids)} layers, H]"
-        )
-    return Found(
-        f"speculators:{relative}", relative, _ids(input_ids, relative), None, _bf16(hidden, relative), layer_ids
-    )
 
 
 def _ids(ids: torch.Tensor, relative: str) -> torch.Tensor:

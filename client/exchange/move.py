@@ -15,7 +15,7 @@ import torch
 
 from client.client import FeatureClient
 from client.exchange import formats
-from client.exchange.formats import Found
+from client.exchange.formats import FORMATS, Found
 from schemas.api import ImportRequest, ImportResult
 from schemas.backend import measured_first
 from schemas.content_hash import content_hash
@@ -36,7 +36,6 @@ from schemas.states import CompletionSource, ImportStatus
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
 
-ROWS = "rows.jsonl"  # speculators exports: input_ids, loss_mask, seq_len per sample (its dataset's columns)
 Advance = Callable[[], None]
 
 
@@ -94,15 +93,9 @@ def export(
     chosen = [layer for layer in stored if layer in layers] if layers is not None else stored
     if layers is not None and (missing := [layer for layer in layers if layer not in stored]):
         raise ValueError(f"layers {missing} are not in featureset {featureset.id} (it holds {stored})")
+    form = FORMATS[fmt]
     ids = to_format_ids(chosen, fmt)
-    if fmt == ExportFormat.SPECULATORS:
-        if num_layers is None:
-            raise ValueError(f"the service does not run model_revision {revision}: give its number of layers")
-        if chosen[-1] != num_layers - 1:
-            raise ValueError(
-                f"speculators' files end with the final layer (id {num_layers}, hsstore layer {num_layers - 1}), "
-                f"which its trainer splits off as verifier_last_hidden_states; these layers end with {chosen[-1]}"
-            )
+    form.check_layers(chosen, num_layers, revision)
     entries: list[ExportedEntry] = []
     rows: list[str] = []
     for index, manifest in enumerate(manifests):
@@ -110,21 +103,18 @@ def export(
         hidden, input_ids = features.hidden_states, features.input_ids  # fp8 arrives dequantised to bf16
         has_mask = features.loss_mask is not None
         mask = features.loss_mask if has_mask else torch.ones(input_ids.shape, dtype=torch.uint8)
-        if fmt == ExportFormat.SPECFORGE:
-            relative, data = formats.specforge_path(index), formats.encode_specforge(input_ids, mask, hidden)
-        else:
-            provenance = {
-                "layer_ids": ids,
-                "layer_convention": CONVENTIONS[fmt],
-                "prompt_hash": manifest.prompt_hash,
-                "content_hash": manifest.content_hash,
-                "model_revision": revision,
-                "backend": backend,
-            }
-            relative, data = formats.speculators_path(index), formats.encode_speculators(input_ids, hidden, provenance)
-            row = {"input_ids": input_ids.tolist(), "loss_mask": mask.tolist(), "seq_len": int(input_ids.shape[0])}
-            rows.append(json.dumps(row, separators=(",", ":")))
-        atomic_write(out_dir / relative, data, durable=False)
+        provenance = {
+            "layer_ids": ids,
+            "layer_convention": CONVENTIONS[fmt].text,
+            "prompt_hash": manifest.prompt_hash,
+            "content_hash": manifest.content_hash,
+            "model_revision": revision,
+            "backend": backend,
+        }
+        relative = form.path(index)
+        atomic_write(out_dir / relative, form.encode(input_ids, mask, hidden, provenance), durable=False)
+        if (row := form.row(input_ids, mask)) is not None:
+            rows.append(row)
         entries.append(
             ExportedEntry(
                 file=relative,
@@ -137,11 +127,11 @@ def export(
             )
         )
         advance()
-    if rows:
-        atomic_write(out_dir / ROWS, ("\n".join(rows) + "\n").encode(), durable=False)
+    if form.rows_file is not None:
+        atomic_write(out_dir / form.rows_file, ("\n".join(rows) + "\n").encode(), durable=False)
     index_doc = ExportIndex(
         format=fmt,
-        layer_convention=CONVENTIONS[fmt],
+        layer_convention=CONVENTIONS[fmt].text,
         layer_ids=ids,
         layers=chosen,
         num_layers=num_layers,
@@ -198,7 +188,7 @@ def plan_import(
         if model is None:
             raise ValueError("this service runs no model: give the --model-revision the features were computed with")
         model_revision = model.model_revision
-    files = [entry.file for entry in index.entries] if index else formats.files_of(directory, fmt)
+    files = [entry.file for entry in index.entries] if index else FORMATS[fmt].files(directory)
     if not files:
         raise ValueError(f"no {fmt} files under {directory}")
     return ImportPlan(fmt, files, layer_ids, model_revision, index)
@@ -214,9 +204,11 @@ def import_dir(
     """Import every file of `plan`; an entry already stored with the same bits is left as it is (idempotent)."""
     summary = ImportSummary()
     by_file = {entry.file: entry for entry in plan.index.entries} if plan.index else {}
-    rows = _rows(directory) if plan.fmt == ExportFormat.SPECULATORS and plan.index else []
+    form = FORMATS[plan.fmt]
+    # an export's rows hold the entries' own loss masks (a speculators file holds none)
+    rows = _rows(directory / form.rows_file) if form.rows_file is not None and plan.index else []
     for position, relative in enumerate(plan.files):
-        found = formats.read_file(directory, relative, plan.fmt, plan.layer_ids)
+        found = form.read(directory / relative, relative, plan.layer_ids)
         layers, hidden = formats.in_featureset_order(from_format_ids(found.layer_ids, plan.fmt), found.hidden_states)
         exported = by_file.get(relative)
         mask = found.loss_mask
@@ -231,8 +223,7 @@ def import_dir(
     return summary
 
 
-def _rows(directory: Path) -> list[dict]:
-    path = directory / ROWS
+def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from schemas.model_revision import defining_files, file_sha256, hub_commit
 from service.catalog.protocol import KeyValue
+from service.errors import ConfigError
 from service.model.revision_cache import cached_model_revision
-from service.settings import ConfigError
 
 _WEIGHTS = re.compile(r"^(.*\.safetensors|pytorch_model.*\.bin)$")  # the files a replica need not have
 _RECORDED = "model_revisions/"  # + the digest of a model's files besides its weights -> the revisions seen

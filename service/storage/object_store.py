@@ -26,8 +26,7 @@ from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.keys import is_content_hash
 from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
-from service.errors import ReadOnly, StoreUnavailable
-from service.settings import ConfigError
+from service.errors import ConfigError, ReadOnly, StoreUnavailable
 from service.storage.layout import chunk_shape, locate_arrays, read_arrays, runs
 from service.storage.protocol import LocatedArray, Selection, Stored
 from service.storage.shard_reader import shard_key
@@ -90,28 +89,42 @@ _RETRIES = {
 }
 
 
-def open_url(url: str, s3_endpoint: str | None = None) -> Any:
-    """The obstore store an URL names: `s3://bucket/prefix` (credentials and region from the AWS_* variables, as
-    every S3 tool reads them) or `file:///path` (a shared filesystem)."""
-    from obstore.store import LocalStore, S3Store
+def _s3(url: str, s3_endpoint: str | None) -> Any:
+    """`s3://bucket/prefix`: credentials and region from the AWS_* variables, as every S3 tool reads them."""
+    from obstore.store import S3Store
 
-    if url.startswith("s3://"):
-        bucket, _, prefix = url.removeprefix("s3://").partition("/")
-        # A dead store is said within seconds (503 store_unavailable), not after obstore's default 10 retries over
-        # up to 3 minutes: the client and its loaders retry with their own backoff.
-        options: dict[str, Any] = {"client_options": {"connect_timeout": "2s"}, "retry_config": _RETRIES}
-        if s3_endpoint is not None:
-            options["endpoint"] = s3_endpoint
-            if s3_endpoint.startswith("http://"):
-                options["client_options"]["allow_http"] = True
-        if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
-            options["region"] = "us-east-1"
-        return S3Store(bucket, prefix=prefix or None, **options)
-    if url.startswith("file://"):
-        root = url.removeprefix("file://")
-        os.makedirs(root, exist_ok=True)
-        return LocalStore(root)
-    raise ConfigError(f"store_url {url!r}: expected s3://bucket/prefix or file:///path")
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    # A dead store is said within seconds (503 store_unavailable), not after obstore's default 10 retries over
+    # up to 3 minutes: the client and its loaders retry with their own backoff.
+    options: dict[str, Any] = {"client_options": {"connect_timeout": "2s"}, "retry_config": _RETRIES}
+    if s3_endpoint is not None:
+        options["endpoint"] = s3_endpoint
+        if s3_endpoint.startswith("http://"):
+            options["client_options"]["allow_http"] = True
+    if not os.environ.get("AWS_REGION") and not os.environ.get("AWS_DEFAULT_REGION"):
+        options["region"] = "us-east-1"
+    return S3Store(bucket, prefix=prefix or None, **options)
+
+
+def _file(url: str, _s3_endpoint: str | None) -> Any:
+    """`file:///path`: a filesystem every host mounts."""
+    from obstore.store import LocalStore
+
+    root = url.removeprefix("file://")
+    os.makedirs(root, exist_ok=True)
+    return LocalStore(root)
+
+
+# URL scheme -> the obstore store it opens
+OBJECT_STORES: dict[str, Callable[[str, str | None], Any]] = {"s3": _s3, "file": _file}
+
+
+def open_url(url: str, s3_endpoint: str | None = None) -> Any:
+    """The obstore store an URL names (a scheme of OBJECT_STORES)."""
+    scheme = url.partition("://")[0]
+    if scheme not in OBJECT_STORES or "://" not in url:
+        raise ConfigError(f"store_url {url!r}: expected s3://bucket/prefix or file:///path")
+    return OBJECT_STORES[scheme](url, s3_endpoint)
 
 
 class ObjectZarrStore:

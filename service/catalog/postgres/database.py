@@ -11,8 +11,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from service.catalog.migrations import TABLE, Step, check_version, migrate_part
-from service.errors import CatalogUnavailable, ReadOnly
-from service.settings import ConfigError
+from service.errors import CatalogUnavailable, ConfigError, ReadOnly
 
 log = logging.getLogger("hsstore.catalog")
 _MIGRATION_LOCK = 0x68737374  # one advisory lock id for every hsstore schema change ("hsst")

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from schemas.model_revision import model_revision
+from service.errors import ConfigError
 from service.main import build_services
-from service.settings import ConfigError, Settings
+from service.settings import Settings
 
 
 def _without_weights(model_dir: Path, to: Path) -> Path:

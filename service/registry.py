@@ -1,0 +1,152 @@
+"""What each configured URL scheme or name builds, one row each (as MLflow's store registry maps a URI's scheme to a
+factory): the blob store `store_url` names, the catalog `catalog_url` names, the GPU hand-over `handover` names. A
+new engine is one factory and one row here; nothing else chooses among them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from service.catalog import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog
+from service.catalog.migrations import PartSchema
+from service.catalog.protocol import Database, JobStore, KeyValue, VersionCatalog
+from service.errors import ConfigError
+from service.host.handover import CommandHandover, GpuHandover, MemorySaverHandover, NoHandover
+from service.settings import Settings
+from service.storage.object_store import OBJECT_STORES, ObjectZarrStore, open_url
+from service.storage.protocol import BlobStore
+from service.storage.zarr_local import LocalZarrStore
+
+Catalog = tuple[Database, VersionCatalog, JobStore, KeyValue]
+LOCAL = None  # no URL: the store or catalog under data_dir (a URL without a scheme is of no known kind)
+
+
+def _scheme(url: str | None) -> str | None:
+    return LOCAL if url is None else urlsplit(url).scheme
+
+
+# --- blob stores ---
+
+
+def _local_store(settings: Settings, read_only: bool) -> BlobStore:
+    return LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only, codec=settings.codec)
+
+
+def _object_store(settings: Settings, read_only: bool) -> BlobStore:
+    assert settings.store_url is not None  # the table routes only a URL here
+    objects = open_url(settings.store_url, settings.s3_endpoint)
+    return ObjectZarrStore(objects, settings.chunk_tokens, read_only, settings.codec, url=settings.store_url)
+
+
+STORES: dict[str | None, Callable[[Settings, bool], BlobStore]] = {
+    LOCAL: _local_store,
+    **dict.fromkeys(OBJECT_STORES, _object_store),
+}
+
+
+def build_store(settings: Settings, read_only: bool) -> BlobStore:
+    factory = STORES.get(_scheme(settings.store_url))
+    if factory is None:
+        raise ConfigError(f"store_url {settings.store_url!r}: expected s3://bucket/prefix or file:///path")
+    return factory(settings, read_only)
+
+
+# --- catalogs ---
+
+
+class CatalogEngine(Protocol):
+    def build(self, settings: Settings, read_only: bool) -> Catalog: ...
+
+    def schema(self, settings: Settings) -> list[PartSchema] | None:
+        """How far the catalog's schema is, part by part, read without migrating (None: no catalog yet)."""
+        ...
+
+
+def _parts(database: Database, migrations: dict[str, list]) -> list[PartSchema]:
+    try:
+        return [PartSchema(part, database.schema_version(part), len(steps)) for part, steps in migrations.items()]
+    finally:
+        database.close()
+
+
+class _Sqlite:
+    def build(self, settings: Settings, read_only: bool) -> Catalog:
+        sqlite = SqliteDatabase(settings.catalog_path, read_only=read_only)
+        return sqlite, SqliteVersionCatalog(sqlite), SqliteJobStore(sqlite), SqliteKeyValue(sqlite)
+
+    def schema(self, settings: Settings) -> list[PartSchema] | None:
+        from service.catalog.sqlite import jobs, kv, versions
+
+        if not settings.catalog_path.exists():
+            return None
+        database = SqliteDatabase(settings.catalog_path, read_only=True)
+        return _parts(database, {"versions": versions.MIGRATIONS, "jobs": jobs.MIGRATIONS, "kv": kv.MIGRATIONS})
+
+
+class _Postgres:
+    """Imported on use: psycopg needs libpq, which a host on SQLite (a GPU box, a laptop) need not have."""
+
+    def build(self, settings: Settings, read_only: bool) -> Catalog:
+        from service.catalog.postgres import (
+            PostgresDatabase,
+            PostgresJobStore,
+            PostgresKeyValue,
+            PostgresVersionCatalog,
+        )
+
+        assert settings.catalog_url is not None  # the table routes only a URL here
+        postgres = PostgresDatabase(
+            settings.catalog_url, read_only=read_only, max_connections=settings.catalog_connections
+        )
+        return postgres, PostgresVersionCatalog(postgres), PostgresJobStore(postgres), PostgresKeyValue(postgres)
+
+    def schema(self, settings: Settings) -> list[PartSchema] | None:
+        from service.catalog.postgres import PostgresDatabase, jobs, kv, versions
+
+        assert settings.catalog_url is not None
+        database = PostgresDatabase(settings.catalog_url, read_only=True, max_connections=1)
+        return _parts(database, {"versions": versions.MIGRATIONS, "jobs": jobs.MIGRATIONS, "kv": kv.MIGRATIONS})
+
+
+CATALOGS: dict[str | None, CatalogEngine] = {LOCAL: _Sqlite(), "postgresql": _Postgres(), "postgres": _Postgres()}
+
+
+def catalog_engine(settings: Settings) -> CatalogEngine:
+    engine = CATALOGS.get(_scheme(settings.catalog_url))
+    if engine is None:
+        raise ConfigError(f"catalog_url {settings.catalog_url!r}: expected postgresql://user:pass@host/db")
+    return engine
+
+
+def build_catalog(settings: Settings, read_only: bool) -> Catalog:
+    """SQLite under data_dir, or the Postgres `catalog_url` names: each part on the engine's one shared database."""
+    return catalog_engine(settings).build(settings, read_only)
+
+
+def catalog_schema(settings: Settings) -> list[PartSchema] | None:
+    return catalog_engine(settings).schema(settings)
+
+
+# --- GPU hand-overs ---
+
+
+def _memory_saver(settings: Settings) -> GpuHandover:
+    if not settings.sglang_url:
+        raise ValueError("handover = memory_saver needs sglang_url")
+    return MemorySaverHandover(settings.sglang_url, settings.handover_timeout_s)
+
+
+def _commands(settings: Settings) -> GpuHandover:
+    if not (settings.sglang_stop_command and settings.sglang_start_command and settings.sglang_url):
+        raise ValueError("handover = commands needs sglang_stop_command, sglang_start_command and sglang_url")
+    return CommandHandover(
+        settings.sglang_stop_command, settings.sglang_start_command, settings.sglang_url, settings.handover_timeout_s
+    )
+
+
+HANDOVERS: dict[str, Callable[[Settings], GpuHandover]] = {
+    "none": lambda _: NoHandover(),
+    "memory_saver": _memory_saver,
+    "commands": _commands,
+}
