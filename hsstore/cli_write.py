@@ -27,6 +27,7 @@ from hsstore.cli_options import (
     progress_bar,
     stoppable,
 )
+from schemas.backend import backends_help
 from schemas.timestamps import utc_now
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def extract(
     jsonl: SamplesArgument,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
-    backend: Annotated[str | None, typer.Option(help="auto, fla, fla-noconv or torch")] = None,
+    backend: Annotated[str | None, typer.Option(help=backends_help(with_auto=True))] = None,
     layers: LayersOption = None,
     dtype: DtypeOption = "bfloat16",
     target_ids: TargetIdsOption = False,
@@ -175,7 +176,7 @@ def warm(
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     backend: Annotated[
-        list[str] | None, typer.Option(help="fla, fla-noconv, torch or auto; repeat for several")
+        list[str] | None, typer.Option(help=f"{backends_help(with_auto=True)}; repeat for several")
     ] = None,
     completion: Annotated[str | None, typer.Option(help="greedy:N for samples without a completion")] = None,
     layers: LayersOption = None,

@@ -2,17 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
 
 class Backend(StrEnum):
-    """The kernels that actually ran for the Gated-DeltaNet layers."""
+    """The kernels that actually ran for the Gated-DeltaNet layers (BACKENDS says which)."""
 
-    FLA = "fla"  # fla gated delta rule + causal-conv1d
-    FLA_NOCONV = "fla-noconv"  # fla rule + torch conv (the seeds' trainer)
-    TORCH = "torch"  # all reference code
+    FLA = "fla"
+    FLA_NOCONV = "fla-noconv"
+    TORCH = "torch"
+
+
+# The two kernel roles of a Gated-DeltaNet layer, and the package whose kernel is the fast one for each
+CONV, RULE = "conv", "rule"
+FAST_PACKAGE = {CONV: "causal-conv1d", RULE: "flash-linear-attention"}
+FAST_ROOT = {CONV: "causal_conv1d", RULE: "fla"}  # the fast kernels' top-level module
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """One backend: the roles it runs with their fast kernel (the others are forced to the torch reference), which
+    needs a CUDA device, and what it is in a help text."""
+
+    backend: Backend
+    fast: frozenset[str]
+    help: str
+
+
+# Fastest first: `auto` takes the first a host can run. A new backend is one row here.
+BACKENDS: tuple[BackendSpec, ...] = (
+    BackendSpec(Backend.FLA, frozenset({RULE, CONV}), "fla's gated delta rule + causal-conv1d"),
+    BackendSpec(Backend.FLA_NOCONV, frozenset({RULE}), "fla's rule + torch's conv (the seeds' trainer)"),
+    BackendSpec(Backend.TORCH, frozenset(), "torch reference code only (any device)"),
+)
+SPECS = {spec.backend: spec for spec in BACKENDS}
+
+
+def backend_for_fast(fast: set[str]) -> Backend | None:
+    """The backend whose fast kernels are exactly `fast` (None: no backend runs that mix)."""
+    return next((spec.backend for spec in BACKENDS if spec.fast == fast), None)
 
 
 # Imported features (`hsstore import`): nothing says which kernels computed them, so they are stored under this
@@ -36,6 +67,12 @@ def check_backend(value: str | None) -> str | None:
 
 AUTO = "auto"
 BACKEND_CHOICES = (AUTO, *(b.value for b in Backend))
+
+
+def backends_help(with_auto: bool = False) -> str:
+    """`auto, fla, fla-noconv or torch`: the choices as a help text says them, from the table."""
+    names = [*([AUTO] if with_auto else []), *(spec.backend.value for spec in BACKENDS)]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 class Fingerprint(BaseModel):

@@ -14,17 +14,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from schemas.backend import Backend
+from schemas.backend import BACKENDS, CONV, FAST_ROOT, RULE, Backend
 
-CONV = "conv"
-RULE = "rule"
 KERNELS: dict[str, str] = {
     "causal_conv1d_fn": CONV,
     "causal_conv1d_update": CONV,
     "torch_chunk_gated_delta_rule": RULE,
     "torch_recurrent_gated_delta_rule": RULE,
 }
-FAST_ROOT = {CONV: "causal_conv1d", RULE: "fla"}
 
 
 def origin(fn: Callable[..., Any]) -> str:
@@ -57,6 +54,7 @@ def has_fast(module_wrappers: dict[str, Callable[..., Any]], role: str) -> bool:
 def bound_backend(module: ModuleType, device_type: str) -> Backend:
     """The backend a forward of this module's models runs as bound (nothing forced), on `device_type`."""
     found = wrappers(module)
-    if device_type != "cuda" or not has_fast(found, RULE):
-        return Backend.TORCH
-    return Backend.FLA if has_fast(found, CONV) else Backend.FLA_NOCONV
+    for spec in BACKENDS:  # fastest first; the last needs no fast kernel
+        if not spec.fast or (device_type == "cuda" and all(has_fast(found, role) for role in spec.fast)):
+            return spec.backend
+    raise AssertionError("BACKENDS ends with a backend that needs no fast kernel")

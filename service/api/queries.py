@@ -56,7 +56,7 @@ def key_query(
         str | None,
         Query(description="hub commit or sha256:…", json_schema_extra={"pattern": keys.MODEL_REVISION.pattern}),
     ] = None,
-    backend: Annotated[str | None, Query(description="fla, fla-noconv or torch")] = None,
+    backend: Annotated[str | None, Query(description=backend_names.backends_help())] = None,
     featureset: Annotated[
         str | None, Query(description="featureset id", json_schema_extra={"pattern": keys.FEATURESET_ID.pattern})
     ] = None,

@@ -18,7 +18,7 @@ import torch
 import transformers
 
 from schemas import fp8
-from schemas.backend import Backend, Fingerprint
+from schemas.backend import RULE, SPECS, Backend, Fingerprint
 from schemas.featureset import FINAL_NORM, FeatureSet, LayerId
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, LayerStats
 from schemas.tensors import RawTensor
@@ -178,7 +178,7 @@ class Extractor:
             run.verify()
             if pack is not None:
                 fingerprint = self.fingerprint(backend, 0, fused is not None, pack)
-                varlen = backend in (Backend.FLA, Backend.FLA_NOCONV)  # fla's delta rule is what runs
+                varlen = RULE in SPECS[backend].fast  # fla's delta rule is what runs
                 for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
                     hidden, normed = self._forward_pack(planned, sequences, featureset, fused, varlen)
                     run.verify()

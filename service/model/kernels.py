@@ -16,11 +16,18 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from schemas.backend import AUTO, Backend
-from schemas.kernel_binding import CONV, FAST_ROOT, KERNELS, RULE, bound, has_fast, origin, wrappers
+from schemas.backend import (
+    AUTO,
+    BACKEND_CHOICES,
+    BACKENDS,
+    FAST_PACKAGE,
+    FAST_ROOT,
+    SPECS,
+    Backend,
+    backend_for_fast,
+)
+from schemas.kernel_binding import KERNELS, bound, has_fast, origin, wrappers
 from service.errors import BackendMismatch, BackendUnavailable, InvalidRequest
-
-PACKAGE = {CONV: "causal-conv1d", RULE: "flash-linear-attention"}
 
 
 def version_of(distribution: str) -> str | None:
@@ -50,12 +57,11 @@ class KernelSet:
 
     def available(self, device_type: str) -> list[str]:
         """Backends this host can run, measured from the bindings (fla needs a CUDA device)."""
-        found = [Backend.TORCH.value]
-        if device_type == "cuda" and self.has_fast(RULE):
-            found.insert(0, Backend.FLA_NOCONV.value)
-            if self.has_fast(CONV):
-                found.insert(0, Backend.FLA.value)
-        return found
+        return [
+            spec.backend.value
+            for spec in BACKENDS
+            if not spec.fast or (device_type == "cuda" and all(self.has_fast(role) for role in spec.fast))
+        ]
 
     def resolve(self, requested: str, device_type: str) -> Backend:
         """`auto` is the fastest available; a named backend this host cannot run is refused, naming what is missing."""
@@ -65,10 +71,10 @@ class KernelSet:
         try:
             backend = Backend(requested)
         except ValueError:
-            raise InvalidRequest(f"unknown backend {requested!r}; one of auto, fla, fla-noconv, torch") from None
+            raise InvalidRequest(f"unknown backend {requested!r}; one of {', '.join(BACKEND_CHOICES)}") from None
         if backend.value in available:
             return backend
-        missing = [PACKAGE[role] for role in (RULE, CONV) if _needs(backend, role) and not self.has_fast(role)]
+        missing = [FAST_PACKAGE[role] for role in sorted(SPECS[backend].fast, reverse=True) if not self.has_fast(role)]
         if device_type != "cuda":
             reason = f"the model runs on {device_type}, and fla's kernels need a CUDA device"
         else:
@@ -128,9 +134,7 @@ class KernelRun:
 
 def _needs(backend: Backend, role: str) -> bool:
     """Does `backend` use the fast kernel for `role`?"""
-    if role == RULE:
-        return backend in (Backend.FLA, Backend.FLA_NOCONV)
-    return backend == Backend.FLA
+    return role in SPECS[backend].fast
 
 
 def measured_backend(calls: dict[str, str]) -> Backend | None:
@@ -138,12 +142,7 @@ def measured_backend(calls: dict[str, str]) -> Backend | None:
     roles = {KERNELS[name]: used.split(".")[0] for name, used in calls.items()}
     if not roles:
         return None
-    rule_fast = roles.get(RULE) == FAST_ROOT[RULE]
-    conv_fast = roles.get(CONV) == FAST_ROOT[CONV]
-    if rule_fast and conv_fast:
-        return Backend.FLA
-    if rule_fast:
-        return Backend.FLA_NOCONV
-    if not conv_fast:
-        return Backend.TORCH
-    raise BackendMismatch(f"causal-conv1d ran with the torch delta rule, which is no known backend: {calls}")
+    measured = backend_for_fast({role for role, root in roles.items() if root == FAST_ROOT[role]})
+    if measured is None:
+        raise BackendMismatch(f"the kernels that ran are no known backend's mix: {calls}")
+    return measured
