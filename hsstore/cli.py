@@ -16,6 +16,7 @@ import typer
 
 from hsstore import cli_datasets, cli_exchange, cli_ops, cli_read, cli_write
 from hsstore.cli_errors import ErrorReportingGroup
+from hsstore.cli_options import DEFAULT_URL, Connection, TokenOption, UrlOption
 
 if TYPE_CHECKING:
     from service.settings import Settings
@@ -48,11 +49,15 @@ app.add_typer(cli_datasets.dataset_app, name="dataset")
 
 @app.callback()
 def main(
+    ctx: typer.Context,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
     debug: Annotated[
         bool, typer.Option("--debug", help="show the traceback when a command fails (or HSSTORE_DEBUG=1)")
     ] = False,
 ) -> None:
-    """hsstore: a hidden-state feature store."""
+    """hsstore: a hidden-state feature store. --url, --token and --debug go anywhere on the line."""
+    ctx.obj = Connection(url, token)
 
 
 @app.command()

@@ -8,13 +8,14 @@ from typing import Annotated
 import typer
 
 from hsstore.cli_input import key_lines, since_option
-from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
+from hsstore.cli_options import JsonOption, client_of, console
 
 dataset_app = typer.Typer(help="Dataset snapshots: exactly these versions, by one id", no_args_is_help=True)
 
 
 @dataset_app.command("create")
 def dataset_create(
+    ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="letters, digits, . _ -")],
     keys: Annotated[
         Path | None,
@@ -24,14 +25,12 @@ def dataset_create(
     model_revision: Annotated[str | None, typer.Option()] = None,
     featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
     since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Snapshot the keys of a JSONL file (each resolved to its newest version), or every version the listing's
     filters show; prints the dataset id a training run names (`EntryStream(url, dataset=ID)`)."""
     listed = _keys(keys) if keys is not None else None
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         info = client.create_dataset(
             name,
             listed,
@@ -50,13 +49,12 @@ def dataset_create(
 
 @dataset_app.command("show")
 def dataset_show(
+    ctx: typer.Context,
     ref: Annotated[str, typer.Argument(help="a dataset id or name")],
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """A dataset's id, entries, tokens and size."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         info = client.dataset_info(ref)
     if as_json:
         typer.echo(info.model_dump_json(indent=2))

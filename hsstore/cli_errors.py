@@ -62,10 +62,10 @@ class ErrorReportingGroup(TyperGroup):
     """Every command's failure reported by `explain` and exit status 1; click's own usage errors stay as they are."""
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
-        """`--debug` anywhere on the line (`hsstore entries --debug`), not only before the command."""
-        if "--debug" in args[1:]:
-            args = ["--debug", *(a for a in args if a != "--debug")]
-        return super().parse_args(ctx, args)
+        """The root's options (`--debug`, `--url`, `--token`) anywhere on the line, not only before the command."""
+        from hsstore.cli_options import hoist_root_options
+
+        return super().parse_args(ctx, hoist_root_options(args))
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:

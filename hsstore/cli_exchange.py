@@ -10,7 +10,7 @@ import typer
 
 from hsstore.cli_errors import CliError
 from hsstore.cli_input import key_lines, since_option
-from hsstore.cli_options import DEFAULT_URL, TokenOption, UrlOption, client_for, console, progress_bar
+from hsstore.cli_options import client_of, console, progress_bar
 from schemas.exchange import ExportFormat
 from schemas.featureset import parse_layers
 
@@ -18,10 +18,9 @@ FormatOption = Annotated[ExportFormat, typer.Option("--format", help="specforge 
 
 
 def export(
+    ctx: typer.Context,
     out_dir: Annotated[Path, typer.Argument(help="a new (or empty) directory")],
     fmt: FormatOption,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     model_revision: Annotated[str | None, typer.Option()] = None,
     backend: Annotated[str | None, typer.Option()] = None,
     featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
@@ -38,7 +37,7 @@ def export(
     from client.exchange import newest_versions
 
     filters = {"model_revision": model_revision, "backend": backend, "featureset": featureset}
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         if hashes is not None:
             listed = [
                 m
@@ -70,12 +69,11 @@ def export(
 
 
 def import_(
+    ctx: typer.Context,
     in_dir: Annotated[Path, typer.Argument(help="an hsstore export, or a SpecForge / speculators dataset")],
     fmt: Annotated[
         ExportFormat | None, typer.Option("--format", help="specforge or speculators (an export names its own)")
     ] = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     model_revision: Annotated[
         str | None, typer.Option(help="the model the features came from (default: the export's, else the service's)")
     ] = None,
@@ -94,7 +92,7 @@ def import_(
     ids = [int(i) for i in layer_ids.split(",")] if layer_ids else None
     if not in_dir.is_dir():
         raise CliError(f"{in_dir} is not a directory")
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         try:
             plan = plan_import(client, in_dir, fmt, model_revision, ids)
         except ValueError as exc:

@@ -8,19 +8,18 @@ from typing import Annotated
 import typer
 
 from hsstore import cli_output as out
-from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
+from hsstore.cli_options import JsonOption, client_of, console
 from schemas.states import Integrity
 
 
 def jobs(
+    ctx: typer.Context,
     job_id: Annotated[str | None, typer.Argument(help="show this job (its id or a unique prefix)")] = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     cancel: Annotated[str | None, typer.Option(help="cancel this job (its id or a unique prefix)")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List warm jobs, show one, or cancel one."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         if cancel:
             cancelled = client.cancel_job(cancel)
             console.print(f"job {cancelled.id}: {cancelled.state}")
@@ -47,10 +46,10 @@ _ALWAYS = (
 )
 
 
-def workers(url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: JsonOption = False) -> None:
+def workers(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Live workers of the cluster: the job items each holds under a lease, and when its lease runs out unless its
     heartbeat renews it. A worker that holds nothing is idle (or gone): nothing in the catalog says which."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         leases = client.workers()
     if as_json:
         typer.echo(json.dumps([lease.model_dump() for lease in leases], indent=2))
@@ -64,11 +63,11 @@ def workers(url: UrlOption = DEFAULT_URL, token: TokenOption = None, as_json: Js
         console.print("no worker holds a lease now")
 
 
-def health(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+def health(ctx: typer.Context) -> None:
     """What needs an operator's eye: SGLang's canary after the last window, and every stored entry the content
     checks flagged as unusual or a scrub found damaged (listed through the catalog, a page at a time). Exit 1 when
     anything is listed."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         window = client.window()
         flagged, corrupt, total = [], [], 0
         for manifest in client.entries(page_size=1000):
@@ -91,20 +90,19 @@ window_app = typer.Typer(help="Downtime windows: when SGLang lends the GPU", no_
 
 
 @window_app.command("status")
-def window_status(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+def window_status(ctx: typer.Context) -> None:
     """Whether extraction may run now, until when, and when the next scheduled window opens."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         typer.echo(out.window_line(client.window()))
 
 
 @window_app.command("open")
 def window_open(
+    ctx: typer.Context,
     minutes: Annotated[float, typer.Option(min=0.1, help="how long SGLang lends the GPU")],
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
 ) -> None:
     """Open a manual window now (SGLang is asked for the GPU when work needs it)."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         state = client.open_window(minutes)
     typer.echo(out.window_line(state))
     if state.source == "always":
@@ -112,9 +110,9 @@ def window_open(
 
 
 @window_app.command("close")
-def window_close(url: UrlOption = DEFAULT_URL, token: TokenOption = None) -> None:
+def window_close(ctx: typer.Context) -> None:
     """Close the window now; work stops at the next batch boundary and the GPU goes back to SGLang."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         state = client.close_window()
     typer.echo(out.window_line(state))
     if state.source == "always":

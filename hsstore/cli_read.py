@@ -10,13 +10,12 @@ import typer
 
 from hsstore import cli_output as out
 from hsstore.cli_input import resolve_content_hash, resolve_prompt_hash, since_option
-from hsstore.cli_options import DEFAULT_URL, JsonOption, TokenOption, UrlOption, client_for, console
+from hsstore.cli_options import JsonOption, client_of, console
 
 
 def get(
+    ctx: typer.Context,
     prompt_hash: Annotated[str, typer.Argument(help="prompt hash, or a unique prefix as `hsstore entries` prints")],
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     backend: Annotated[str | None, typer.Option()] = None,
     model_revision: Annotated[str | None, typer.Option()] = None,
     featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
@@ -28,7 +27,7 @@ def get(
     """Fetch one entry, verify it, print its manifest summary (and write it with --out)."""
     from schemas import wire
 
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         whole = resolve_prompt_hash(client, prompt_hash, backend=backend)
         features = client.get(
             prompt_hash=whole,
@@ -53,8 +52,7 @@ def get(
 
 
 def entries(
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
+    ctx: typer.Context,
     prompt_hash: Annotated[str | None, typer.Option(help="a prompt hash or a prefix of one")] = None,
     backend: Annotated[str | None, typer.Option()] = None,
     model_revision: Annotated[str | None, typer.Option()] = None,
@@ -66,7 +64,7 @@ def entries(
 ) -> None:
     """List stored entry versions, oldest first, one page at a time. Printed ids are unique prefixes that every
     command accepts."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         page = client.entries_page(
             prompt_hash=prompt_hash,
             backend=backend,
@@ -88,16 +86,15 @@ def entries(
 
 
 def compare(
+    ctx: typer.Context,
     prompt_hash: Annotated[str, typer.Argument(help="prompt hash, or a unique prefix")],
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     a: Annotated[str, typer.Option(help="first backend")] = "fla",
     b: Annotated[str, typer.Option(help="second backend")] = "torch",
     featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
     extract: Annotated[bool, typer.Option(help="extract a missing side")] = False,
 ) -> None:
     """Per-layer cosine (mean, min), max |diff| and bitwise-equal fraction of two backends' features."""
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         whole = resolve_prompt_hash(client, prompt_hash)
         doing = f"comparing {a} with {b} for {whole[: out.SHORT]}" + (" (extracting a missing side)" if extract else "")
         with console.status(doing):
@@ -117,14 +114,13 @@ def compare(
 
 
 def audit(
+    ctx: typer.Context,
     sample: Annotated[int, typer.Option(min=1, help="how many stored entries to re-extract")] = 20,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     backend: Annotated[str | None, typer.Option()] = None,
     seed: Annotated[int | None, typer.Option()] = None,
 ) -> None:
     """Re-extract stored entries and report which reproduce their content hash bit for bit."""
-    with console.status(f"re-extracting up to {sample} stored entries and comparing bits"), client_for(url, token) as c:
+    with console.status(f"re-extracting up to {sample} stored entries and comparing bits"), client_of(ctx) as c:
         report = c.audit(sample, backend, seed)
     prompts = out.short_ids(r.prompt_hash for r in report.results)
     for result in report.results:

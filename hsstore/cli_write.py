@@ -12,17 +12,14 @@ from hsstore import cli_output as out
 from hsstore.cli_errors import CliError
 from hsstore.cli_input import SampleFile, featureset_option
 from hsstore.cli_options import (
-    DEFAULT_URL,
     INTERRUPTED,
     DtypeOption,
     JsonOption,
     LayersOption,
     SamplesArgument,
     TargetIdsOption,
-    TokenOption,
     TopKOption,
-    UrlOption,
-    client_for,
+    client_of,
     console,
     progress_bar,
     stoppable,
@@ -35,9 +32,8 @@ if TYPE_CHECKING:
 
 
 def extract(
+    ctx: typer.Context,
     jsonl: SamplesArgument,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     backend: Annotated[str | None, typer.Option(help=backends_help(with_auto=True))] = None,
     layers: LayersOption = None,
     dtype: DtypeOption = "bfloat16",
@@ -53,7 +49,7 @@ def extract(
     started = utc_now()
     in_flight = 0  # samples of a request sent and not yet answered
     try:
-        with stoppable(), client_for(url, token) as client, progress_bar() as progress:
+        with stoppable(), client_of(ctx) as client, progress_bar() as progress:
             task = progress.add_task("extract", total=len(samples.samples))
             for start in range(0, len(samples.samples), batch):
                 in_flight = min(batch, len(samples.samples) - start)
@@ -107,9 +103,8 @@ def _print_result(result: ExtractResult, samples: SampleFile, index: int, as_jso
 
 
 def estimate(
+    ctx: typer.Context,
     jsonl: SamplesArgument,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     backend: Annotated[
         list[str] | None, typer.Option(help="backends to extract for (repeatable); default auto")
     ] = None,
@@ -124,7 +119,7 @@ def estimate(
 ) -> None:
     """What extracting a JSONL file would take, before anything runs: tokens, bytes stored, GPU-hours."""
     samples = SampleFile(jsonl)
-    with client_for(url, token) as client:
+    with client_of(ctx) as client:
         report = client.estimate(
             samples.samples,
             featureset_option(layers, dtype, target_ids, top_k),
@@ -172,9 +167,8 @@ def _stopped_after(exc: Exception, samples: SampleFile, start: int, counts: dict
 
 
 def warm(
+    ctx: typer.Context,
     jsonl: SamplesArgument,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
     backend: Annotated[
         list[str] | None, typer.Option(help=f"{backends_help(with_auto=True)}; repeat for several")
     ] = None,
@@ -195,7 +189,7 @@ def warm(
     status: JobStatus | None = None
     # Ctrl-C (or SIGTERM) from here on says what goes on in the service, however early it comes
     try:
-        with stoppable(), client_for(url, token) as client:
+        with stoppable(), client_of(ctx) as client:
             try:
                 status = client.submit_job(
                     jsonl=jsonl.read_bytes(),

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -60,6 +61,35 @@ def test_connection_refused_names_the_url_and_how_to_set_it() -> None:
     assert url in first and "refused" in first.lower()
     assert "--url" in hint and "HSSTORE_URL" in hint
     failed("window", "status", env={"HSSTORE_URL": url})
+
+
+def test_url_and_token_belong_to_the_root_and_go_anywhere_on_the_line() -> None:
+    import typer.main
+
+    from hsstore.cli_options import hoist_root_options
+
+    def commands(group: Any) -> list[Any]:  # a group's leaf commands, through its subgroups (`window open`)
+        found: list[Any] = []
+        for command in group.commands.values():
+            found.extend(commands(command) if hasattr(command, "commands") else [command])
+        return found
+
+    root = typer.main.get_command(app)
+    assert {"url", "token", "debug"} <= {p.name for p in root.params}
+    for command in commands(root):  # defined once: no command repeats them
+        assert not {"url", "token", "debug"} & {p.name for p in command.params}, command.name
+    assert hoist_root_options(["window", "status", "--url", "h:1", "--token=t", "--debug"]) == [
+        "--url",
+        "h:1",
+        "--token=t",
+        "--debug",
+        "window",
+        "status",
+    ]
+    assert hoist_root_options(["import", "--", "--url"]) == ["import", "--", "--url"]
+    url = f"http://127.0.0.1:{free_port()}"
+    for args in (("--url", url, "entries"), ("entries", f"--url={url}")):
+        assert url in failed(*args)[0]
 
 
 def test_debug_shows_the_traceback() -> None:
