@@ -13,6 +13,7 @@ featureset order, input_ids int32, loss_mask uint8 when there is one).
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import io
 import json
 import re
@@ -27,10 +28,14 @@ from safetensors.torch import save as save_safetensors
 
 from schemas.exchange import ExportFormat
 from schemas.featureset import LayerId, layer_order
+from schemas.files import atomic_write
 
 SPECFORGE_GROUP = 2000  # files per rows_* folder, SpecForge's default `file_group_size`
 SPECULATORS_DIR = "hidden_states"
 SPECULATORS_METADATA = "hsstore"  # the safetensors metadata key of an exported file's provenance
+SPECFORGE_DRAFT_CONFIG = "dflash_draft_config.json"  # the target-side fields of the DFlash draft config
+_DATASETS_STATE = "state.json"  # what `save_to_disk` writes beside its Arrow files
+_OLD_ROWS = "rows.jsonl"  # the loss masks of a speculators export written before the datasets folder
 _SPECULATORS_FILE = re.compile(r"^hs_(\d+)\.safetensors$")
 
 
@@ -48,16 +53,25 @@ class Found:
     layer_ids: list[int]  # in the format's convention: as given, or as an exported file's own metadata names them
 
 
+@dataclass(frozen=True)
+class ExportShape:
+    """What an export knows of its features as a whole: the format's layer ids, the target's decoder layers (None
+    where the service does not run the revision and none were given) and hidden size."""
+
+    layer_ids: list[int]
+    num_layers: int | None
+    hidden_size: int
+
+
 class ExchangeFormat(ABC):
-    """One pipeline's files: where entry i goes and its bytes, a side file of rows its dataset reads, which layers
-    its trainer can take, and how its files are listed and read back. A new format is one subclass and one row of
-    FORMATS (and its layer convention in schemas.exchange)."""
+    """One pipeline's files: where entry i goes and its bytes, what the pipeline's trainer needs beside them to
+    train as they are, which layers it can take, and how its files are listed and read back. A new format is one
+    subclass and one row of FORMATS (and its layer convention in schemas.exchange)."""
 
     fmt: ClassVar[ExportFormat]
-    rows_file: ClassVar[str | None] = None  # beside the files: one JSON line per entry, in file order
 
-    def check_layers(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
-        """ValueError for layers the pipeline's trainer cannot take as they are (any, unless a format says)."""
+    def check(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
+        """ValueError for an export the pipeline could not train on as it is (any, unless a format says)."""
         return None
 
     @abstractmethod
@@ -67,8 +81,13 @@ class ExchangeFormat(ABC):
     def encode(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, hidden: torch.Tensor, provenance: dict) -> bytes:
         """One entry's file. `provenance`: what the export knows of it (layer ids, hashes, revision, backend)."""
 
-    def row(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> str | None:
-        """The entry's line of `rows_file`."""
+    def finish(self, out_dir: Path, rows: list[tuple[torch.Tensor, torch.Tensor]], shape: ExportShape) -> None:
+        """What the trainer reads beside the files, written once they are: `rows` holds each entry's input ids and
+        loss mask, in file order."""
+        return None
+
+    def loss_masks(self, directory: Path) -> list[torch.Tensor] | None:
+        """An export's entries' loss masks, in file order, where its files hold none."""
         return None
 
     @abstractmethod
@@ -82,6 +101,14 @@ class ExchangeFormat(ABC):
 
 class SpecForge(ExchangeFormat):
     fmt = ExportFormat.SPECFORGE
+
+    def finish(self, out_dir: Path, rows: list[tuple[torch.Tensor, torch.Tensor]], shape: ExportShape) -> None:
+        """The DFlash draft config's target-side fields, to merge into the draft config SpecForge trains with: its
+        offline reader never checks which layers a file holds, and its generated config picks layers of its own."""
+        fragment: dict = {"dflash_config": {"target_layer_ids": shape.layer_ids}, "hidden_size": shape.hidden_size}
+        if shape.num_layers is not None:
+            fragment["num_target_layers"] = shape.num_layers
+        atomic_write(out_dir / SPECFORGE_DRAFT_CONFIG, json.dumps(fragment, indent=1).encode(), durable=False)
 
     def path(self, index: int) -> str:
         group = index // SPECFORGE_GROUP * SPECFORGE_GROUP
@@ -141,10 +168,18 @@ class SpecForge(ExchangeFormat):
 
 
 class Speculators(ExchangeFormat):
-    fmt = ExportFormat.SPECULATORS
-    rows_file = "rows.jsonl"  # input_ids, loss_mask, seq_len per sample: its dataset's columns
+    """The export folder is what speculators' `ArrowDataset(datapath=...)` opens as it is: a `datasets` folder
+    (`load_from_disk`: input_ids, loss_mask, seq_len per entry, torch format, as its prepare_data.py saves it) with
+    `hidden_states/` inside. Written through `datasets` itself (the `speculators` extra; every speculators install
+    has it), so the folder is exactly what that version's `load_from_disk` reads."""
 
-    def check_layers(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
+    fmt = ExportFormat.SPECULATORS
+
+    def check(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
+        if importlib.util.find_spec("datasets") is None:
+            raise ValueError(
+                "a speculators export is a `datasets` folder: install it with pip install 'hsstore[speculators]'"
+            )
         if num_layers is None:
             raise ValueError(f"the service does not run model_revision {revision}: give its number of layers")
         if chosen[-1] != num_layers - 1:
@@ -160,9 +195,31 @@ class Speculators(ExchangeFormat):
         tensors = {"token_ids": input_ids.to(torch.int64).contiguous(), "hidden_states": hidden.contiguous()}
         return save_safetensors(tensors, metadata={SPECULATORS_METADATA: json.dumps(provenance, sort_keys=True)})
 
-    def row(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> str | None:
-        row = {"input_ids": input_ids.tolist(), "loss_mask": loss_mask.tolist(), "seq_len": int(input_ids.shape[0])}
-        return json.dumps(row, separators=(",", ":"))
+    def finish(self, out_dir: Path, rows: list[tuple[torch.Tensor, torch.Tensor]], shape: ExportShape) -> None:
+        import datasets
+
+        columns = {
+            "input_ids": [ids.to(torch.int64).tolist() for ids, _ in rows],
+            "loss_mask": [mask.to(torch.int64).tolist() for _, mask in rows],
+            "seq_len": [int(ids.shape[0]) for ids, _ in rows],
+        }
+        quiet = datasets.are_progress_bars_disabled()
+        datasets.disable_progress_bars()  # the export's own bar counts the entries
+        try:
+            datasets.Dataset.from_dict(columns).with_format("torch").save_to_disk(str(out_dir))
+        finally:
+            if not quiet:
+                datasets.enable_progress_bars()
+
+    def loss_masks(self, directory: Path) -> list[torch.Tensor] | None:
+        if (directory / _DATASETS_STATE).is_file():
+            from datasets import load_from_disk
+
+            return [torch.as_tensor(m, dtype=torch.uint8) for m in load_from_disk(str(directory))["loss_mask"]]
+        if (directory / _OLD_ROWS).is_file():  # exports before the datasets folder
+            lines = (directory / _OLD_ROWS).read_text().splitlines()
+            return [torch.tensor(json.loads(line)["loss_mask"], dtype=torch.uint8) for line in lines if line.strip()]
+        return None
 
     def files(self, directory: Path) -> list[str]:
         base = directory / SPECULATORS_DIR if (directory / SPECULATORS_DIR).is_dir() else directory

@@ -4,7 +4,6 @@ hashed here and checked by the service against that hash."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ import torch
 
 from client.client import FeatureClient
 from client.exchange import formats
-from client.exchange.formats import FORMATS, Found
+from client.exchange.formats import FORMATS, ExportShape, Found
 from schemas.api import ImportRequest, ImportResult
 from schemas.backend import measured_first
 from schemas.content_hash import content_hash
@@ -95,12 +94,13 @@ def export(
         raise ValueError(f"layers {missing} are not in featureset {featureset.id} (it holds {stored})")
     form = FORMATS[fmt]
     ids = to_format_ids(chosen, fmt)
-    form.check_layers(chosen, num_layers, revision)
+    form.check(chosen, num_layers, revision)
     entries: list[ExportedEntry] = []
-    rows: list[str] = []
+    rows: list[tuple[torch.Tensor, torch.Tensor]] = []
     for index, manifest in enumerate(manifests):
         features = client.fetch(manifest.feature_key(), layers=chosen if chosen != stored else None)
         hidden, input_ids = features.hidden_states, features.input_ids  # fp8 arrives dequantised to bf16
+        hidden_size = int(hidden.shape[-1])
         has_mask = features.loss_mask is not None
         mask = features.loss_mask if has_mask else torch.ones(input_ids.shape, dtype=torch.uint8)
         provenance = {
@@ -113,8 +113,7 @@ def export(
         }
         relative = form.path(index)
         atomic_write(out_dir / relative, form.encode(input_ids, mask, hidden, provenance), durable=False)
-        if (row := form.row(input_ids, mask)) is not None:
-            rows.append(row)
+        rows.append((input_ids, mask))
         entries.append(
             ExportedEntry(
                 file=relative,
@@ -127,8 +126,7 @@ def export(
             )
         )
         advance()
-    if form.rows_file is not None:
-        atomic_write(out_dir / form.rows_file, ("\n".join(rows) + "\n").encode(), durable=False)
+    form.finish(out_dir, rows, ExportShape(ids, num_layers, hidden_size))
     index_doc = ExportIndex(
         format=fmt,
         layer_convention=CONVENTIONS[fmt].text,
@@ -205,15 +203,14 @@ def import_dir(
     summary = ImportSummary()
     by_file = {entry.file: entry for entry in plan.index.entries} if plan.index else {}
     form = FORMATS[plan.fmt]
-    # an export's rows hold the entries' own loss masks (a speculators file holds none)
-    rows = _rows(directory / form.rows_file) if form.rows_file is not None and plan.index else []
+    masks = form.loss_masks(directory) if plan.index else None  # an export's own, where its files hold none
     for position, relative in enumerate(plan.files):
         found = form.read(directory / relative, relative, plan.layer_ids)
         layers, hidden = formats.in_featureset_order(from_format_ids(found.layer_ids, plan.fmt), found.hidden_states)
         exported = by_file.get(relative)
         mask = found.loss_mask
-        if rows:
-            mask = torch.tensor(rows[position]["loss_mask"], dtype=torch.uint8)
+        if masks is not None:
+            mask = masks[position]
         request, tensors = _entry(found, layers, hidden, mask, exported, plan.model_revision, backend)
         result = client.import_entry(request, tensors)
         summary.counts[result.status] += 1
@@ -221,10 +218,6 @@ def import_dir(
         summary.warnings.extend(w for w in result.warnings if w not in summary.warnings)
         advance()
     return summary
-
-
-def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
 def _entry(

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
+from datasets import load_from_disk
 from fastapi import FastAPI
 from safetensors import safe_open
 from safetensors.torch import load_file
@@ -90,6 +91,9 @@ def test_a_specforge_export_is_what_its_dflash_loader_reads_with_layer_ids_pinne
         assert entry.loss_mask == ("entry" if completion else "ones")
         if not completion:
             assert bool(record["loss_mask"].all())
+    # what SpecForge's draft config must say to train on these files: their layers, the target's shape
+    fragment = json.loads((tmp_path / "sf" / "dflash_draft_config.json").read_text())
+    assert fragment == {"dflash_config": {"target_layer_ids": [1, 4, 6]}, "hidden_size": HIDDEN, "num_target_layers": 8}
 
 
 def test_a_speculators_export_is_what_its_loader_reads_and_ends_with_the_final_layer(
@@ -116,8 +120,16 @@ def test_a_speculators_export_is_what_its_loader_reads_and_ends_with_the_final_l
         assert provenance["layer_ids"] == [0, 3, 6, 8] and provenance["content_hash"] == entry.content_hash
         # speculators' data.py: hidden_states[:, :-1].flatten(1) and hidden_states[:, -1]
         assert hidden[:, :-1].flatten(1).shape == (ids.shape[0], 3 * HIDDEN)
-    rows = [json.loads(line) for line in (tmp_path / "spec" / "rows.jsonl").read_text().splitlines()]
-    assert [r["seq_len"] for r in rows] == [len(r["input_ids"]) for r in rows] == [len(r["loss_mask"]) for r in rows]
+    # speculators' ArrowDataset(datapath): load_from_disk(datapath), then per index the cached file's token_ids must
+    # torch.equal the row's input_ids, the row's loss_mask trains, and its lengths come from seq_len
+    rows = load_from_disk(str(tmp_path / "spec"))
+    assert len(rows) == len(index.entries) and rows.format["type"] == "torch"
+    assert list(rows.with_format(None)["seq_len"]) == [int(rows[i]["input_ids"].shape[0]) for i in range(len(rows))]
+    for position, entry in enumerate(index.entries):
+        row, loaded = rows[position], load_file(tmp_path / "spec" / entry.file)
+        assert torch.equal(loaded["token_ids"], row["input_ids"])
+        assert row["loss_mask"].shape == row["input_ids"].shape
+        assert bool(row["loss_mask"].all()) == (entry.loss_mask == "ones")
 
 
 @pytest.mark.parametrize("fmt", list(ExportFormat))
