@@ -7,3 +7,4 @@ from __future__ import annotations
 DEFAULT_URL = "http://127.0.0.1:8000"  # Settings' default host and port
 SAFETENSORS_MEDIA_TYPE = "application/octet-stream"  # one entry (or part of one): safetensors, manifest in metadata
 FRAMES_MEDIA_TYPE = "application/x-hsstore-frames"  # a batch: per key, a u64 length, a u8 kind, then a body or an error
+SERVED_HASH_HEADER = "X-Hsstore-Served-Hash"  # sha256 of the tensors a safetensors part holds, as content_hash

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -15,6 +15,7 @@ from schemas.api import EntriesPage
 from schemas.backend import measured_first
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
+from schemas.http import SAFETENSORS_MEDIA_TYPE, SERVED_HASH_HEADER
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import LAYER_ARRAYS, Manifest
 from schemas.states import Integrity
@@ -56,6 +57,22 @@ class Served:
         return wire.served_metadata(
             self.manifest.model_dump_json(), part.layers, part.tokens, self.served_hash, part.full
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A part of an entry as one wire format sends it. Its media type, frame kind (in a batch) and length are known
+    before any blob is read; `open()` reads it and gives the pieces, with the headers only the reading can tell
+    (the served hash of a safetensors part)."""
+
+    media_type: str
+    kind: int  # wire.FEATURES or wire.CHUNKS
+    length: int
+    part: Part
+    _open: Callable[[], tuple[dict[str, str], Iterable[bytes | memoryview]]]
+
+    def open(self) -> tuple[dict[str, str], Iterable[bytes | memoryview]]:
+        return self._open()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +146,37 @@ class FeatureReader:
         full = wire.covers_whole(stored, manifest.num_tokens, served_layers, span)
         return Part(served_layers, span, Selection(rows, axis1), full)
 
+    def body(
+        self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None, chunks_ok: bool
+    ) -> Body:
+        """The part as it goes out: its stored chunks to a client that accepts them (nothing decoded or hashed
+        here), else safetensors (and so for entries written before chunk digests, whatever the client accepts)."""
+        part = self.part(manifest, layers, tokens)
+        chunks = self._chunk_body(manifest, part) if chunks_ok else None
+        if chunks is not None:
+            return Body(
+                chunk_wire.MEDIA_TYPE,
+                wire.CHUNKS,
+                chunks.length,
+                part,
+                lambda: ({}, self.chunk_pieces(manifest, chunks)),
+            )
+
+        def read() -> tuple[dict[str, str], Iterable[bytes | memoryview]]:
+            served = self._read(manifest, part)
+            # the header, then each tensor's own buffer: no joined copy of the body is made
+            return {SERVED_HASH_HEADER: served.served_hash}, wire.encode_parts(
+                served.tensors.values(), served.metadata()
+            )
+
+        return Body(SAFETENSORS_MEDIA_TYPE, wire.FEATURES, self._served_length(manifest, part), part, read)
+
     def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
         """Every chunk read is checked against its crc32c; with `verify_reads="content_hash"` a full read is also
         re-hashed here (the client verifies the content hash on receipt either way)."""
-        part = self.part(manifest, layers, tokens)
+        return self._read(manifest, self.part(manifest, layers, tokens))
+
+    def _read(self, manifest: Manifest, part: Part) -> Served:
         # A whole entry is checked on receipt against its content hash; a part only the digests recorded at write
         # time can check, so the chunks it is read from are checked here. The metadata is checked either way.
         tensors = self.read_part(manifest, part.selection, check_chunks=not part.full)
@@ -148,13 +192,10 @@ class FeatureReader:
         with _damage(manifest):
             return self.store.get_slice(manifest.content_hash, selection, manifest.tensors, check_chunks)
 
-    def chunk_body(
-        self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None
-    ) -> ChunkBody | None:
-        """The part as stored chunks for the client to decode and verify (nothing decoded or hashed here); None
-        for an entry written before chunk digests were recorded, or in a layout whose chunks cannot be sent as
-        they lie: those go out as safetensors."""
-        part = self.part(manifest, layers, tokens)
+    def _chunk_body(self, manifest: Manifest, part: Part) -> ChunkBody | None:
+        """The part as stored chunks for the client to decode and verify; None for an entry written before chunk
+        digests were recorded, or in a layout whose chunks cannot be sent as they lie: those go out as
+        safetensors."""
         if manifest.chunks_digest is None or any(t.chunks is None for t in manifest.tensors.values()):
             return None
         with _damage(manifest):
@@ -199,7 +240,7 @@ class FeatureReader:
     ) -> chunk_wire.DirectEntry:
         """What a client needs to read a part straight from the object store: the chunk header, each array's
         presigned shard URL and where in the shard each chunk lies."""
-        body = self.chunk_body(manifest, layers, tokens)
+        body = self._chunk_body(manifest, self.part(manifest, layers, tokens))
         if body is None:
             raise DirectReadsUnavailable(
                 f"entry {manifest.content_hash} was written before chunk digests were recorded: read it through "
@@ -233,8 +274,10 @@ class FeatureReader:
     def served_length(
         self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None
     ) -> int:
-        """The length of the body `read` of this selection would be served as, without reading the blob (HEAD)."""
-        part = self.part(manifest, layers, tokens)
+        """The length of the safetensors body of this selection, without reading the blob (a batch's size)."""
+        return self._served_length(manifest, self.part(manifest, layers, tokens))
+
+    def _served_length(self, manifest: Manifest, part: Part) -> int:
         layout = []
         for name, info in manifest.tensors.items():
             shape = [part.tokens[1] - part.tokens[0], *info.shape[1:]]

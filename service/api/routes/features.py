@@ -60,20 +60,10 @@ def get_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsCh
     only an empty selection is refused. A client that accepts the chunk wire format gets the stored chunks (the
     service decodes and hashes nothing); entries written before chunk digests go out as safetensors either way."""
     manifest = reader.resolve(query.key, query.layers)
-    body = reader.chunk_body(manifest, query.layers, query.tokens) if chunks_ok else None
-    if body is not None:
-        headers = {**_key_headers(manifest), **_part_headers(body.part), "Content-Length": str(body.length)}
-        return stream(slices(reader.chunk_pieces(manifest, body)), chunk_wire.MEDIA_TYPE, headers)
-    served = reader.read(manifest, query.layers, query.tokens)
-    # The header, then each tensor's own buffer: no joined copy of the body is made.
-    parts = wire.encode_parts(served.tensors.values(), served.metadata())
-    headers = {
-        **_key_headers(served.manifest),
-        **_part_headers(served.part),
-        "X-Hsstore-Served-Hash": served.served_hash,
-        "Content-Length": str(wire.frame_length(parts)),
-    }
-    return stream(slices(parts), SAFETENSORS_MEDIA_TYPE, headers)
+    body = reader.body(manifest, query.layers, query.tokens, chunks_ok)
+    read_headers, pieces = body.open()
+    headers = {**_key_headers(manifest), **_part_headers(body.part), **read_headers, "Content-Length": str(body.length)}
+    return stream(slices(pieces), body.media_type, headers)
 
 
 @router.head(
@@ -85,12 +75,10 @@ def get_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsCh
 )
 def head_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsChunksDep) -> Response:
     manifest = reader.resolve(query.key, query.layers)
-    body = reader.chunk_body(manifest, query.layers, query.tokens) if chunks_ok else None
-    length = body.length if body is not None else reader.served_length(manifest, query.layers, query.tokens)
-    media_type = chunk_wire.MEDIA_TYPE if body is not None else SAFETENSORS_MEDIA_TYPE
+    body = reader.body(manifest, query.layers, query.tokens, chunks_ok)
     # Response would set Content-Length: 0 for an empty body; HEAD announces the GET's length instead
-    response = Response(status_code=200, headers=_key_headers(manifest), media_type=media_type)
-    response.headers["content-length"] = str(length)
+    response = Response(status_code=200, headers=_key_headers(manifest), media_type=body.media_type)
+    response.headers["content-length"] = str(body.length)
     return response
 
 
@@ -120,12 +108,8 @@ def batch_features(
 
     def prepare(manifest: Manifest, item: BatchItem) -> tuple[int, int, Iterable[bytes | memoryview]]:
         """(frame kind, body length, body pieces) of one key."""
-        body = reader.chunk_body(manifest, item.layers, item.token_range()) if chunks_ok else None
-        if body is not None:
-            return wire.CHUNKS, body.length, reader.chunk_pieces(manifest, body)
-        served = reader.read(manifest, item.layers, item.token_range())
-        parts = wire.encode_parts(served.tensors.values(), served.metadata())
-        return wire.FEATURES, wire.frame_length(parts), parts
+        body = reader.body(manifest, item.layers, item.token_range(), chunks_ok)
+        return body.kind, body.length, body.open()[1]
 
     def read(index: int) -> asyncio.Task[tuple[int, int, Iterable[bytes | memoryview]]]:
         return asyncio.ensure_future(run_in_threadpool(prepare, *resolved[index]))
