@@ -1,11 +1,15 @@
 """Versions as every catalog engine keeps them: one row per (entry key, content hash) with the manifest's JSON, the
-last audit and integrity check beside it. The columns, the filter and the row decoding are the same SQL everywhere but
-for the placeholder, so they live here once."""
+last audit and integrity check beside it. The columns, the filter, the statements and the row decoding are the same
+SQL everywhere but for the placeholder, so they live here once; an engine says only how it inserts."""
 
 from __future__ import annotations
 
-from schemas.keys import EntryFilter, prefix_bounds
+from abc import ABC, abstractmethod
+from typing import Any
+
+from schemas.keys import EntryFilter, EntryKey, prefix_bounds
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
+from service.catalog.sql_dialect import Dialect
 
 ROW = "SELECT seq, manifest, audit, integrity FROM versions"
 KEY_COLUMNS = ("prompt_hash", "model_revision", "backend", "featureset_id", "content_hash")
@@ -35,23 +39,85 @@ def document_of(manifest: Manifest) -> str:
     return manifest.model_copy(update={"seq": None, "audit": None, "integrity": None}).model_dump_json()
 
 
-def key_match(mark: str) -> str:
-    return " AND ".join(f"{column} = {mark}" for column in KEY_COLUMNS)
+KEY_MATCH = " AND ".join(f"{column} = ?" for column in KEY_COLUMNS)
 
 
-def where_clause(where: EntryFilter, after_seq: int, mark: str) -> tuple[str, list[object]]:
-    """The WHERE clause (and its parameters) of a filtered listing; `mark` is the engine's placeholder."""
-    clauses, params = [f"seq > {mark}"], [after_seq]
+def where_clause(where: EntryFilter, after_seq: int) -> tuple[str, list[object]]:
+    """The WHERE clause (and its parameters) of a filtered listing."""
+    clauses, params = ["seq > ?"], [after_seq]
     for field, column in _FILTER_COLUMNS.items():
         if (value := getattr(where, field)) is None:
             continue
         if field in _PREFIXED:  # a range keeps the index usable, as LIKE would not
-            clauses.append(f"{column} >= {mark} AND {column} < {mark}")
+            clauses.append(f"{column} >= ? AND {column} < ?")
             params.extend(prefix_bounds(value))
         else:
-            clauses.append(f"{column} = {mark}")
+            clauses.append(f"{column} = ?")
             params.append(value)
     if where.since is not None:
-        clauses.append(f"created_at >= {mark}")
+        clauses.append("created_at >= ?")
         params.append(where.since)
     return " AND ".join(clauses), params
+
+
+class SqlVersionCatalog(Dialect, ABC):
+    """The statements of every engine's catalog but the insert, whose "added or already there" each says its way."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    @abstractmethod
+    def _insert(self, conn: Any, key: tuple, manifest: Manifest) -> bool:
+        """Insert the version unless its key is there; whether it was added."""
+
+    def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
+        key = tuple(getattr(manifest, c) for c in KEY_COLUMNS)
+        with self.db.writing() as conn:
+            added = self._insert(conn, key, manifest)
+            row = conn.execute(self._sql(f"{ROW} WHERE {KEY_MATCH}"), key).fetchone()
+        return manifest_of(*row), added
+
+    def versions(self, key: EntryKey) -> list[Manifest]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql(
+                    f"{ROW} WHERE prompt_hash = ? AND model_revision = ? AND backend = ? AND featureset_id = ?"
+                    " ORDER BY seq DESC"
+                ),
+                (key.prompt_hash, key.model_revision, key.backend, key.featureset_id),
+            ).fetchall()
+        return [manifest_of(*row) for row in rows]
+
+    def find(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
+        clause, params = where_clause(where, after_seq)
+        with self.db.connection() as conn:
+            rows = conn.execute(self._sql(f"{ROW} WHERE {clause} ORDER BY seq LIMIT ?"), (*params, limit)).fetchall()
+        return [manifest_of(*row) for row in rows]
+
+    def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                self._sql(f"UPDATE versions SET audit = ? WHERE {KEY_MATCH}"),
+                (
+                    record.model_dump_json(),
+                    key.prompt_hash,
+                    key.model_revision,
+                    key.backend,
+                    key.featureset_id,
+                    content_hash,
+                ),
+            )
+
+    def set_integrity(self, content_hash: str, record: IntegrityRecord | None) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                self._sql("UPDATE versions SET integrity = ? WHERE content_hash = ?"),
+                (record.model_dump_json() if record is not None else None, content_hash),
+            )
+
+    def count(self) -> int:
+        with self.db.connection() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM versions").fetchone()[0])
+
+    def ping(self) -> None:
+        self.db.ping()

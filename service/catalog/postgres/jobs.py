@@ -1,13 +1,13 @@
-"""Warm jobs in Postgres: a `jobs` row and one `job_items` row per (sample, backend)."""
+"""Warm jobs in Postgres: its schema, clock and claim (the statements are sql_jobs.py's)."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
+from typing import Any
 
-from schemas.keys import prefix_bounds
-from schemas.states import CompletionSource, ItemState, JobState
-from service.catalog.job_records import JobItem, JobRecord, LeaseRecord, NewItem, item_from_row, job_from_row
+from schemas.states import ItemState
 from service.catalog.postgres.database import PostgresDatabase
+from service.catalog.sql_jobs import ITEM_COLUMNS, SqlJobStore
 
 MIGRATIONS = [
     """
@@ -47,207 +47,38 @@ CREATE INDEX job_items_pending ON job_items (job_id, state)
     "ALTER TABLE jobs ADD COLUMN existing INTEGER NOT NULL DEFAULT 0",  # items found already stored
 ]
 _NOW = "EXTRACT(EPOCH FROM clock_timestamp())"  # the database's clock: every host's workers agree on it
-_JOB_COLUMNS = (
-    "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, finished_at, tokens, "
-    "busy_s, error, existing"
-)
-_ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, completion_ids, completion_source"
 
 
-class PostgresJobStore:
+class PostgresJobStore(SqlJobStore):
+    placeholder = "%s"
+    now = _NOW
+
     def __init__(self, db: PostgresDatabase) -> None:
-        self.db = db
+        super().__init__(db)
         db.migrate("jobs", MIGRATIONS)
 
-    def create_job(self, job: JobRecord, items: list[NewItem]) -> None:
-        with self.db.transaction() as conn:
-            conn.execute(
-                "INSERT INTO jobs (id, state, priority, run_now, backends, featureset, completion, created_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                (
-                    job.id,
-                    job.state,
-                    job.priority,
-                    job.run_now,
-                    json.dumps(job.backends),
-                    json.dumps(job.featureset),
-                    job.completion,
-                    job.created_at,
-                ),
-            )
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO job_items (job_id, idx, backend, sample, prompt_hash, state, greedy_tokens)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [
-                        (
-                            job.id,
-                            i.index,
-                            i.backend,
-                            json.dumps(i.sample),
-                            i.prompt_hash,
-                            ItemState.PENDING,
-                            i.greedy_tokens,
-                        )
-                        for i in items
-                    ],
-                )
+    def _many(self, conn: Any, statement: str, rows: Sequence[tuple]) -> None:
+        with conn.cursor() as cursor:
+            cursor.executemany(statement, rows)
 
-    def get_job(self, job_id: str) -> JobRecord | None:
-        with self.db.connection() as conn:
-            row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = %s", (job_id,)).fetchone()
-        return job_from_row(row) if row else None
+    def _claiming(self) -> Any:
+        return self.db.writing()
 
-    def job_ids_starting(self, prefix: str, limit: int = 2) -> list[str]:
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                "SELECT id FROM jobs WHERE id >= %s AND id < %s ORDER BY id LIMIT %s", (*prefix_bounds(prefix), limit)
-            ).fetchall()
-        return [row[0] for row in rows]
-
-    def list_jobs(self, limit: int = 100) -> list[JobRecord]:
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY created_at DESC LIMIT %s", (limit,)
-            ).fetchall()
-        return [job_from_row(r) for r in rows]
-
-    def job_counts(self, job_id: str) -> dict[str, int]:
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                "SELECT state, COUNT(*) FROM job_items WHERE job_id = %s GROUP BY state", (job_id,)
-            ).fetchall()
-            fetched = conn.execute(
-                "SELECT COUNT(*) FROM job_items WHERE job_id = %s AND completion_ids IS NOT NULL", (job_id,)
-            ).fetchone()[0]
-        return {**{state: int(count) for state, count in rows}, "completions_fetched": int(fetched)}
-
-    def job_errors(self, job_id: str, limit: int = 100) -> list[tuple[int, str, str, str]]:
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                "SELECT idx, backend, prompt_hash, error FROM job_items WHERE job_id = %s AND state = %s"
-                " ORDER BY idx LIMIT %s",
-                (job_id, ItemState.FAILED, limit),
-            ).fetchall()
-        return [tuple(row) for row in rows]
-
-    def set_job_state(
-        self,
-        job_id: str,
-        state: JobState,
-        started_at: str | None = None,
-        finished_at: str | None = None,
-        error: str | None = None,
-    ) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                "UPDATE jobs SET state = %s, started_at = COALESCE(started_at, %s), finished_at = %s, error = %s"
-                " WHERE id = %s",
-                (state, started_at, finished_at, error, job_id),
-            )
-
-    def add_job_work(self, job_id: str, tokens: int, busy_s: float, existing: int = 0) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                "UPDATE jobs SET tokens = tokens + %s, busy_s = busy_s + %s, existing = existing + %s WHERE id = %s",
-                (tokens, busy_s, existing, job_id),
-            )
-
-    def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]:
-        where = "state IN (%s, %s)" + ("" if include_windowed else " AND run_now")
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY priority DESC, created_at",
-                (JobState.QUEUED, JobState.RUNNING),
-            ).fetchall()
-        return [job_from_row(r) for r in rows]
-
-    def pending_items(self, job_id: str, limit: int, needing_completion: bool = False) -> list[JobItem]:
-        extra = (
-            " AND completion_ids IS NULL AND completion_source IS NULL AND greedy_tokens IS NOT NULL"
-            if needing_completion
-            else ""
-        )
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                f"SELECT {_ITEM_COLUMNS} FROM job_items WHERE job_id = %s AND state = %s{extra}"
-                " ORDER BY backend, idx LIMIT %s",
-                (job_id, ItemState.PENDING, limit),
-            ).fetchall()
-        return [item_from_row(r) for r in rows]
-
-    def claim_items(
-        self, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None = None
-    ) -> list[JobItem]:
-        with self.db.writing() as conn:
-            rows = conn.execute(
-                f"""
-                UPDATE job_items SET lease_owner = %s, lease_until = {_NOW} + %s
+    def _claim(self, conn: Any, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None) -> list:
+        """One statement: rows another worker is claiming right now are skipped, not waited for."""
+        return conn.execute(
+            self._sql(
+                """
+                UPDATE job_items SET lease_owner = ?, lease_until = {now} + ?
                 WHERE (job_id, idx, backend) IN (
                     SELECT job_id, idx, backend FROM job_items
-                    WHERE job_id = %s AND state = %s AND (lease_until IS NULL OR lease_until < {_NOW})
-                        AND (%s::text IS NULL OR backend = %s::text)
-                    ORDER BY backend, idx LIMIT %s
+                    WHERE job_id = ? AND state = ? AND (lease_until IS NULL OR lease_until < {now})
+                        AND (?::text IS NULL OR backend = ?::text)
+                    ORDER BY backend, idx LIMIT ?
                     FOR UPDATE SKIP LOCKED
                 )
-                RETURNING {_ITEM_COLUMNS}
-                """,
-                (worker, lease_s, job_id, ItemState.PENDING, backend, backend, limit),
-            ).fetchall()
-        return sorted((item_from_row(r) for r in rows), key=lambda i: (i.backend, i.index))
-
-    def renew_leases(self, worker: str, lease_s: float) -> int:
-        with self.db.writing() as conn:
-            return conn.execute(
-                f"UPDATE job_items SET lease_until = {_NOW} + %s WHERE lease_owner = %s AND state = %s",
-                (lease_s, worker, ItemState.PENDING),
-            ).rowcount
-
-    def release_leases(self, worker: str) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                "UPDATE job_items SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = %s AND state = %s",
-                (worker, ItemState.PENDING),
-            )
-
-    def live_leases(self) -> list[LeaseRecord]:
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                f"SELECT lease_owner, job_id, COUNT(*), MAX(lease_until) - {_NOW} FROM job_items"
-                f" WHERE lease_owner IS NOT NULL AND state = %s AND lease_until >= {_NOW}"
-                " GROUP BY lease_owner, job_id ORDER BY lease_owner, job_id",
-                (ItemState.PENDING,),
-            ).fetchall()
-        return [LeaseRecord(worker, job, int(items), float(left)) for worker, job, items, left in rows]
-
-    def finish_item(
-        self,
-        item: JobItem,
-        state: ItemState,
-        content_hash: str | None = None,
-        error: str | None = None,
-        worker: str | None = None,
-    ) -> bool:
-        holder = "" if worker is None else f" AND lease_owner = %s AND lease_until >= {_NOW}"
-        with self.db.writing() as conn:
-            cursor = conn.execute(
-                "UPDATE job_items SET state = %s, content_hash = %s, error = %s, lease_owner = NULL,"
-                f" lease_until = NULL WHERE job_id = %s AND idx = %s AND backend = %s{holder}",
-                (state, content_hash, error, item.job_id, item.index, item.backend)
-                + ((worker,) if worker is not None else ()),
-            )
-            return cursor.rowcount == 1
-
-    def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                "UPDATE job_items SET completion_ids = %s, completion_source = %s WHERE job_id = %s AND idx = %s",
-                (json.dumps(completion_ids), source, job_id, index),
-            )
-
-    def fall_back_to_target(self, job_id: str, index: int) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                "UPDATE job_items SET completion_source = %s WHERE job_id = %s AND idx = %s AND completion_ids IS NULL",
-                (CompletionSource.GREEDY_TARGET, job_id, index),
-            )
+                """
+                f"RETURNING {ITEM_COLUMNS}"
+            ),
+            (worker, lease_s, job_id, ItemState.PENDING, backend, backend, limit),
+        ).fetchall()

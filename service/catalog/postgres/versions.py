@@ -3,10 +3,11 @@ what was recorded) beside the key columns."""
 
 from __future__ import annotations
 
-from schemas.keys import EntryFilter, EntryKey
-from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
+from typing import Any
+
+from schemas.manifest import Manifest
 from service.catalog.postgres.database import PostgresDatabase
-from service.catalog.version_rows import KEY_COLUMNS, ROW, document_of, key_match, manifest_of, where_clause
+from service.catalog.version_rows import SqlVersionCatalog, document_of
 
 MIGRATIONS = [
     """
@@ -30,61 +31,17 @@ CREATE INDEX versions_created ON versions (created_at)
 ]
 
 
-class PostgresVersionCatalog:
+class PostgresVersionCatalog(SqlVersionCatalog):
+    placeholder = "%s"
+
     def __init__(self, db: PostgresDatabase) -> None:
-        self.db = db
+        super().__init__(db)
         db.migrate("versions", MIGRATIONS)
 
-    def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
-        key = tuple(getattr(manifest, c) for c in KEY_COLUMNS)
-        with self.db.writing() as conn:
-            inserted = conn.execute(
-                "INSERT INTO versions (prompt_hash, model_revision, backend, featureset_id, content_hash, created_at,"
-                " manifest) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
-                (*key, manifest.created_at, document_of(manifest)),
-            ).fetchone()
-            row = conn.execute(f"{ROW} WHERE {key_match('%s')}", key).fetchone()
-        return manifest_of(*row), inserted is not None
-
-    def versions(self, key: EntryKey) -> list[Manifest]:
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                f"{ROW} WHERE prompt_hash = %s AND model_revision = %s AND backend = %s AND featureset_id = %s"
-                " ORDER BY seq DESC",
-                (key.prompt_hash, key.model_revision, key.backend, key.featureset_id),
-            ).fetchall()
-        return [manifest_of(*row) for row in rows]
-
-    def find(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
-        clause, params = where_clause(where, after_seq, "%s")
-        with self.db.connection() as conn:
-            rows = conn.execute(f"{ROW} WHERE {clause} ORDER BY seq LIMIT %s", (*params, limit)).fetchall()
-        return [manifest_of(*row) for row in rows]
-
-    def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                f"UPDATE versions SET audit = %s WHERE {key_match('%s')}",
-                (
-                    record.model_dump_json(),
-                    key.prompt_hash,
-                    key.model_revision,
-                    key.backend,
-                    key.featureset_id,
-                    content_hash,
-                ),
-            )
-
-    def set_integrity(self, content_hash: str, record: IntegrityRecord | None) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                "UPDATE versions SET integrity = %s WHERE content_hash = %s",
-                (record.model_dump_json() if record is not None else None, content_hash),
-            )
-
-    def count(self) -> int:
-        with self.db.connection() as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM versions").fetchone()[0])
-
-    def ping(self) -> None:
-        self.db.ping()
+    def _insert(self, conn: Any, key: tuple, manifest: Manifest) -> bool:
+        inserted = conn.execute(
+            "INSERT INTO versions (prompt_hash, model_revision, backend, featureset_id, content_hash, created_at,"
+            " manifest) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
+            (*key, manifest.created_at, document_of(manifest)),
+        ).fetchone()
+        return inserted is not None

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
-from schemas.keys import EntryFilter, EntryKey
-from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
+from schemas.manifest import Manifest
 from service.catalog.migrations import Step
 from service.catalog.sqlite.database import SqliteDatabase
-from service.catalog.version_rows import KEY_COLUMNS, ROW, document_of, key_match, manifest_of, where_clause
+from service.catalog.version_rows import SqlVersionCatalog, document_of
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS versions (
@@ -40,62 +40,15 @@ def _add_record_columns(conn: sqlite3.Connection) -> None:
 MIGRATIONS: list[Step] = [_SCHEMA, _add_record_columns]
 
 
-class SqliteVersionCatalog:
+class SqliteVersionCatalog(SqlVersionCatalog):
     def __init__(self, db: SqliteDatabase) -> None:
-        self.db = db
+        super().__init__(db)
         db.migrate("versions", MIGRATIONS)
 
-    def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
-        key = tuple(getattr(manifest, c) for c in KEY_COLUMNS)
-        with self.db.writing() as conn:
-            cursor = conn.execute(
-                "INSERT OR IGNORE INTO versions (prompt_hash, model_revision, backend, featureset_id, content_hash,"
-                " created_at, manifest) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*key, manifest.created_at, document_of(manifest)),
-            )
-            added = cursor.rowcount == 1
-            row = conn.execute(f"{ROW} WHERE {key_match('?')}", key).fetchone()
-        return manifest_of(*row), added
-
-    def versions(self, key: EntryKey) -> list[Manifest]:
-        with self.db.connection() as conn:
-            rows = conn.execute(
-                f"{ROW} WHERE prompt_hash = ? AND model_revision = ? AND backend = ?"
-                " AND featureset_id = ? ORDER BY seq DESC",
-                (key.prompt_hash, key.model_revision, key.backend, key.featureset_id),
-            ).fetchall()
-        return [manifest_of(*row) for row in rows]
-
-    def find(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
-        clause, params = where_clause(where, after_seq, "?")
-        with self.db.connection() as conn:
-            rows = conn.execute(f"{ROW} WHERE {clause} ORDER BY seq LIMIT ?", (*params, limit)).fetchall()
-        return [manifest_of(*row) for row in rows]
-
-    def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                f"UPDATE versions SET audit = ? WHERE {key_match('?')}",
-                (
-                    record.model_dump_json(),
-                    key.prompt_hash,
-                    key.model_revision,
-                    key.backend,
-                    key.featureset_id,
-                    content_hash,
-                ),
-            )
-
-    def set_integrity(self, content_hash: str, record: IntegrityRecord | None) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                "UPDATE versions SET integrity = ? WHERE content_hash = ?",
-                (record.model_dump_json() if record is not None else None, content_hash),
-            )
-
-    def count(self) -> int:
-        with self.db.connection() as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM versions").fetchone()[0])
-
-    def ping(self) -> None:
-        self.db.ping()
+    def _insert(self, conn: Any, key: tuple, manifest: Manifest) -> bool:
+        cursor = conn.execute(
+            "INSERT OR IGNORE INTO versions (prompt_hash, model_revision, backend, featureset_id, content_hash,"
+            " created_at, manifest) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (*key, manifest.created_at, document_of(manifest)),
+        )
+        return cursor.rowcount == 1

@@ -1,0 +1,246 @@
+"""Warm jobs in SQL, one statement text for both engines: a `jobs` row and one `job_items` row per (sample,
+backend). An engine says its placeholder and clock (`Dialect`), how it runs one statement over many rows, and how it
+claims items (the one statement the engines cannot share)."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+from schemas.keys import prefix_bounds
+from schemas.states import CompletionSource, ItemState, JobState
+from service.catalog.job_records import JobItem, JobRecord, LeaseRecord, NewItem, item_from_row, job_from_row
+from service.catalog.sql_dialect import Dialect
+
+JOB_COLUMNS = (
+    "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, finished_at, tokens, "
+    "busy_s, error, existing"
+)
+ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, completion_ids, completion_source"
+
+
+class SqlJobStore(Dialect, ABC):
+    """`now` is the database's clock: every host's workers agree on it."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    @abstractmethod
+    def _many(self, conn: Any, statement: str, rows: Sequence[tuple]) -> None:
+        """One statement over many rows."""
+
+    @abstractmethod
+    def _claim(self, conn: Any, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None) -> list:
+        """Lease up to `limit` pending items of a job no live lease holds (of `backend`, if given); their rows."""
+
+    @abstractmethod
+    def _claiming(self) -> Any:
+        """The connection a claim runs in (a transaction where the claim takes two statements)."""
+
+    def create_job(self, job: JobRecord, items: list[NewItem]) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                self._sql(
+                    "INSERT INTO jobs (id, state, priority, run_now, backends, featureset, completion, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                ),
+                (
+                    job.id,
+                    job.state,
+                    job.priority,
+                    job.run_now,
+                    json.dumps(job.backends),
+                    json.dumps(job.featureset),
+                    job.completion,
+                    job.created_at,
+                ),
+            )
+            self._many(
+                conn,
+                self._sql(
+                    "INSERT INTO job_items (job_id, idx, backend, sample, prompt_hash, state, greedy_tokens)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+                ),
+                [
+                    (
+                        job.id,
+                        i.index,
+                        i.backend,
+                        json.dumps(i.sample),
+                        i.prompt_hash,
+                        ItemState.PENDING,
+                        i.greedy_tokens,
+                    )
+                    for i in items
+                ],
+            )
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        with self.db.connection() as conn:
+            row = conn.execute(self._sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"), (job_id,)).fetchone()
+        return job_from_row(row) if row else None
+
+    def job_ids_starting(self, prefix: str, limit: int = 2) -> list[str]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql("SELECT id FROM jobs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?"),
+                (*prefix_bounds(prefix), limit),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def list_jobs(self, limit: int = 100) -> list[JobRecord]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY created_at DESC LIMIT ?"), (limit,)
+            ).fetchall()
+        return [job_from_row(r) for r in rows]
+
+    def job_counts(self, job_id: str) -> dict[str, int]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql("SELECT state, COUNT(*) FROM job_items WHERE job_id = ? GROUP BY state"), (job_id,)
+            ).fetchall()
+            fetched = conn.execute(
+                self._sql("SELECT COUNT(*) FROM job_items WHERE job_id = ? AND completion_ids IS NOT NULL"), (job_id,)
+            ).fetchone()[0]
+        return {**{state: int(count) for state, count in rows}, "completions_fetched": int(fetched)}
+
+    def job_errors(self, job_id: str, limit: int = 100) -> list[tuple[int, str, str, str]]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql(
+                    "SELECT idx, backend, prompt_hash, error FROM job_items WHERE job_id = ? AND state = ?"
+                    " ORDER BY idx LIMIT ?"
+                ),
+                (job_id, ItemState.FAILED, limit),
+            ).fetchall()
+        return [tuple(row) for row in rows]
+
+    def set_job_state(
+        self,
+        job_id: str,
+        state: JobState,
+        started_at: str | None = None,
+        finished_at: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                self._sql(
+                    "UPDATE jobs SET state = ?, started_at = COALESCE(started_at, ?), finished_at = ?, error = ?"
+                    " WHERE id = ?"
+                ),
+                (state, started_at, finished_at, error, job_id),
+            )
+
+    def add_job_work(self, job_id: str, tokens: int, busy_s: float, existing: int = 0) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                self._sql(
+                    "UPDATE jobs SET tokens = tokens + ?, busy_s = busy_s + ?, existing = existing + ? WHERE id = ?"
+                ),
+                (tokens, busy_s, existing, job_id),
+            )
+
+    def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]:
+        """Jobs with work left, highest priority first, then oldest; run-now jobs only unless the window is open."""
+        where, args = "state IN (?, ?)", [JobState.QUEUED, JobState.RUNNING]
+        if not include_windowed:
+            where, args = where + " AND run_now = ?", [*args, True]
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql(f"SELECT {JOB_COLUMNS} FROM jobs WHERE {where} ORDER BY priority DESC, created_at"), args
+            ).fetchall()
+        return [job_from_row(r) for r in rows]
+
+    def pending_items(self, job_id: str, limit: int, needing_completion: bool = False) -> list[JobItem]:
+        extra = (
+            " AND completion_ids IS NULL AND completion_source IS NULL AND greedy_tokens IS NOT NULL"
+            if needing_completion
+            else ""
+        )
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql(
+                    f"SELECT {ITEM_COLUMNS} FROM job_items WHERE job_id = ? AND state = ?{extra}"
+                    " ORDER BY backend, idx LIMIT ?"
+                ),
+                (job_id, ItemState.PENDING, limit),
+            ).fetchall()
+        return [item_from_row(r) for r in rows]
+
+    def claim_items(
+        self, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None = None
+    ) -> list[JobItem]:
+        with self._claiming() as conn:
+            rows = self._claim(conn, job_id, worker, limit, lease_s, backend)
+        return sorted((item_from_row(r) for r in rows), key=lambda i: (i.backend, i.index))
+
+    def renew_leases(self, worker: str, lease_s: float) -> int:
+        with self.db.writing() as conn:
+            return conn.execute(
+                self._sql("UPDATE job_items SET lease_until = {now} + ? WHERE lease_owner = ? AND state = ?"),
+                (lease_s, worker, ItemState.PENDING),
+            ).rowcount
+
+    def release_leases(self, worker: str) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                self._sql(
+                    "UPDATE job_items SET lease_owner = NULL, lease_until = NULL WHERE lease_owner = ? AND state = ?"
+                ),
+                (worker, ItemState.PENDING),
+            )
+
+    def live_leases(self) -> list[LeaseRecord]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql(
+                    "SELECT lease_owner, job_id, COUNT(*), MAX(lease_until) - {now} FROM job_items"
+                    " WHERE lease_owner IS NOT NULL AND state = ? AND lease_until >= {now}"
+                    " GROUP BY lease_owner, job_id ORDER BY lease_owner, job_id"
+                ),
+                (ItemState.PENDING,),
+            ).fetchall()
+        return [LeaseRecord(worker, job, int(items), float(left)) for worker, job, items, left in rows]
+
+    def finish_item(
+        self,
+        item: JobItem,
+        state: ItemState,
+        content_hash: str | None = None,
+        error: str | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        holder = "" if worker is None else " AND lease_owner = ? AND lease_until >= {now}"
+        with self.db.writing() as conn:
+            cursor = conn.execute(
+                self._sql(
+                    "UPDATE job_items SET state = ?, content_hash = ?, error = ?, lease_owner = NULL,"
+                    f" lease_until = NULL WHERE job_id = ? AND idx = ? AND backend = ?{holder}"
+                ),
+                (state, content_hash, error, item.job_id, item.index, item.backend)
+                + ((worker,) if worker is not None else ()),
+            )
+            return cursor.rowcount == 1
+
+    def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
+        """A reference completion for sample `index` of a job, shared by all its backends."""
+        with self.db.writing() as conn:
+            conn.execute(
+                self._sql(
+                    "UPDATE job_items SET completion_ids = ?, completion_source = ? WHERE job_id = ? AND idx = ?"
+                ),
+                (json.dumps(completion_ids), source, job_id, index),
+            )
+
+    def fall_back_to_target(self, job_id: str, index: int) -> None:
+        with self.db.writing() as conn:
+            conn.execute(
+                self._sql(
+                    "UPDATE job_items SET completion_source = ? WHERE job_id = ? AND idx = ? AND completion_ids IS NULL"
+                ),
+                (CompletionSource.GREEDY_TARGET, job_id, index),
+            )
