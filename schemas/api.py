@@ -6,13 +6,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
-from schemas.backend import check_backend
+from schemas.backend import BackendChoice, StoredBackend, check_backend
 from schemas.featureset import FeatureSet, LayerId
-from schemas.keys import CONTENT_HASH, MODEL_REVISION, FeatureKey, check_content_hash, check_model_revision
+from schemas.keys import (
+    CONTENT_HASH,
+    FEATURESET_ID,
+    MODEL_REVISION,
+    FeatureKey,
+    check_content_hash,
+    check_model_revision,
+)
 from schemas.manifest import Manifest
 from schemas.samples import SAMPLE_JSON_SCHEMA
 from schemas.states import CompletionSource, ExtractStatus, ImportStatus, Integrity, JobState
-from schemas.tokens import TokenRange, parse_token_range
+from schemas.tokens import TOKENS_PATTERN, TokenRange, parse_token_range
+from schemas.validation import JsonBool, JsonInt
 
 # Samples stay raw JSON objects in request models: their hash is taken over what was sent, and each is validated on
 # its own so an error can name the sample at fault. The schema shown for them is the real sample format.
@@ -24,8 +32,10 @@ class ExtractRequest(BaseModel):
 
     samples: list[RawSample] = Field(min_length=1, max_length=4096)
     featureset: FeatureSet | None = None
-    backend: str = "auto"
-    force: bool = Field(default=False, description="re-extract even if stored; adds a version only if the bits differ")
+    backend: BackendChoice = "auto"
+    force: JsonBool = Field(
+        default=False, description="re-extract even if stored; adds a version only if the bits differ"
+    )
 
 
 class ExtractResult(BaseModel):
@@ -92,9 +102,9 @@ class CompareReport(BaseModel):
 class AuditRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sample: int = Field(ge=1, le=100_000, description="how many stored entries to re-extract")
-    backend: str | None = None
-    seed: int | None = None
+    sample: JsonInt = Field(ge=1, le=100_000, description="how many stored entries to re-extract")
+    backend: StoredBackend | None = None
+    seed: JsonInt | None = None
 
 
 class AuditResult(BaseModel):
@@ -134,8 +144,12 @@ class AuditReport(BaseModel):
 class BatchItem(FeatureKey):
     """One entry of a batch read, and optionally part of it: the same key as a single read, the same slice rules."""
 
-    layers: list[LayerId] | None = Field(default=None, min_length=1, max_length=1024)
-    tokens: str | None = Field(default=None, description="half-open token range a:b")
+    layers: list[LayerId] | None = Field(
+        default=None, min_length=1, max_length=1024, json_schema_extra={"uniqueItems": True}
+    )
+    tokens: str | None = Field(
+        default=None, description="half-open token range a:b", json_schema_extra={"pattern": TOKENS_PATTERN}
+    )
 
     @field_validator("layers")
     @classmethod
@@ -162,7 +176,11 @@ class BatchItem(FeatureKey):
 class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    keys: list[BatchItem] = Field(min_length=1, description="at most the service's max_batch_keys, none repeated")
+    keys: list[BatchItem] = Field(
+        min_length=1,
+        description="at most the service's max_batch_keys, none repeated",
+        json_schema_extra={"uniqueItems": True},
+    )
 
     @field_validator("keys")
     @classmethod
@@ -176,21 +194,26 @@ class BatchRequest(BaseModel):
         return keys
 
 
+# 'greedy:N' with 1 <= N <= 65536, as greedy_tokens takes it
+GREEDY_PATTERN = r"^greedy:0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])$"
+
+
 class JobRequest(BaseModel):
     """A warm job: samples (or a JSONL upload), one or several backends, featureset, completion policy, priority."""
 
     model_config = ConfigDict(extra="forbid")
 
     samples: list[RawSample] = Field(min_length=1, max_length=1_000_000)
-    backends: list[str] = Field(default_factory=lambda: ["auto"], min_length=1, max_length=3)
+    backends: list[BackendChoice] = Field(default_factory=lambda: ["auto"], min_length=1, max_length=3)
     featureset: FeatureSet | None = None
     completion: str | None = Field(
         default=None,
         description="'greedy:N': a greedy completion of N tokens for "
         "samples that have none (fetched from SGLang before the window)",
+        json_schema_extra={"pattern": GREEDY_PATTERN},
     )
-    priority: int = Field(default=0, ge=-1000, le=1000)
-    run_now: bool = Field(default=False, description="run outside any window (admin scope)")
+    priority: JsonInt = Field(default=0, ge=-1000, le=1000)
+    run_now: JsonBool = Field(default=False, description="run outside any window (admin scope)")
 
     @field_validator("completion")
     @classmethod
@@ -202,7 +225,7 @@ class JobRequest(BaseModel):
 
 def greedy_tokens(policy: str) -> int:
     kind, _, tokens = policy.partition(":")
-    if kind != "greedy" or not tokens.isdigit() or not 1 <= int(tokens) <= 65536:
+    if kind != "greedy" or not (tokens.isascii() and tokens.isdigit()) or not 1 <= int(tokens) <= 65536:
         raise ValueError(f"completion policy {policy!r} is not 'greedy:N' with 1 <= N <= 65536")
     return int(tokens)
 
@@ -277,9 +300,9 @@ class WindowState(BaseModel):
 class EstimateRequest(BaseModel):
     """What extracting these samples would take, before anything runs."""
 
-    samples: list[dict[str, Any]] = Field(min_length=1)
+    samples: list[RawSample] = Field(min_length=1)
     featureset: FeatureSet | None = None
-    backends: list[str] = Field(default_factory=lambda: ["auto"], min_length=1)
+    backends: list[BackendChoice] = Field(default_factory=lambda: ["auto"], min_length=1)
     tokens_per_s: float | None = Field(default=None, gt=0, description="the GPU's extraction rate, if known")
 
 
@@ -334,14 +357,27 @@ class DatasetRequest(BaseModel):
     """A dataset snapshot from whole versions: `keys` (each resolved to its newest version and pinned), or every
     version a listing with these filters shows, in listing order."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={  # keys, or filters: not both
+            "anyOf": [
+                {"not": {"required": ["keys"]}},
+                {"properties": {"keys": {"type": "null"}}},
+                {
+                    "properties": {
+                        name: {"type": "null"} for name in ("model_revision", "backend", "featureset", "since")
+                    }
+                },
+            ]
+        },
+    )
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     keys: list[FeatureKey] | None = Field(default=None, min_length=1, max_length=200_000)
-    model_revision: str | None = None
-    backend: str | None = None
-    featureset: str | None = None
-    since: str | None = None
+    model_revision: str | None = Field(default=None, json_schema_extra={"pattern": MODEL_REVISION.pattern})
+    backend: StoredBackend | None = None
+    featureset: str | None = Field(default=None, json_schema_extra={"pattern": FEATURESET_ID.pattern})
+    since: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
 
 
 class DatasetInfo(BaseModel):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, WithJsonSchema
 
 
 class Backend(StrEnum):
@@ -50,6 +51,13 @@ def backend_for_fast(fast: set[str]) -> Backend | None:
 # backend unless the importer states one. It names entries, never an extraction: no host can run it.
 UNKNOWN_BACKEND = "unknown"
 STORED_BACKENDS = (*(b.value for b in Backend), UNKNOWN_BACKEND)
+AUTO = "auto"
+BACKEND_CHOICES = (AUTO, *(b.value for b in Backend))
+
+
+# What a request may name, as the API's schema says it: a backend to run (or auto), a backend entries are stored under
+BackendChoice = Annotated[str, WithJsonSchema({"type": "string", "enum": list(BACKEND_CHOICES)})]
+StoredBackend = Annotated[str, WithJsonSchema({"type": "string", "enum": list(STORED_BACKENDS)})]
 
 
 def measured_first(backends: set[str]) -> set[str]:
@@ -63,10 +71,6 @@ def check_backend(value: str | None) -> str | None:
     if value is not None and value not in STORED_BACKENDS:
         raise ValueError(f"unknown backend {value[:40]!r}; one of {list(STORED_BACKENDS)}")
     return value
-
-
-AUTO = "auto"
-BACKEND_CHOICES = (AUTO, *(b.value for b in Backend))
 
 
 def backends_help(with_auto: bool = False) -> str:

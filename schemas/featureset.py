@@ -47,6 +47,10 @@ def parse_layer(token: str) -> LayerId:
         raise ValueError(f"layer {token[:40]!r} is neither an integer nor 'embed'/'final_norm'") from None
 
 
+# what parse_layers takes, for the API's schema (an integer too large for any model is refused by the model's check)
+LAYERS_PATTERN = r"^ *(embed|final_norm|[0-9]+) *(, *(embed|final_norm|[0-9]+) *)*$"
+
+
 def parse_layers(text: str) -> list[LayerId]:
     """A comma-separated layer list as written in query strings and on the command line, in the order given."""
     if not text.strip():

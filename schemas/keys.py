@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from schemas.backend import check_backend
+from schemas.backend import StoredBackend, check_backend
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash as hash_prompt
 from schemas.validation import describe_errors
@@ -40,20 +40,20 @@ def is_model_revision(value: str) -> bool:
 # Listings print ids shortened, as git prints commits; any unique prefix of at least this many hex digits names
 # the same thing again.
 MIN_PREFIX = 6
-_PROMPT_PREFIX = re.compile(rf"^[0-9a-f]{{{MIN_PREFIX},64}}$")
-_CONTENT_PREFIX = re.compile(rf"^(?:sha256:)?[0-9a-f]{{{MIN_PREFIX},64}}$")
+PROMPT_PREFIX = re.compile(rf"^[0-9a-f]{{{MIN_PREFIX},64}}$")
+CONTENT_PREFIX = re.compile(rf"^(?:sha256:)?[0-9a-f]{{{MIN_PREFIX},64}}$")
 
 
 def check_prompt_hash_prefix(value: str) -> str:
     """A prompt hash or a prefix of one (at least MIN_PREFIX lowercase hex digits)."""
-    if not _PROMPT_PREFIX.match(value):
+    if not PROMPT_PREFIX.match(value):
         raise ValueError(f"prompt_hash must be {MIN_PREFIX} to 64 lowercase hex digits (a prefix), got {value[:80]!r}")
     return value
 
 
 def check_content_hash_prefix(value: str) -> str:
     """A content hash or a prefix of one, with or without `sha256:`; returned with it."""
-    if not _CONTENT_PREFIX.match(value):
+    if not CONTENT_PREFIX.match(value):
         raise ValueError(
             f"content_hash must be 'sha256:' and {MIN_PREFIX} to 64 lowercase hex digits (a prefix), got {value[:80]!r}"
         )
@@ -123,7 +123,7 @@ class FeatureKey(BaseModel):
 
     prompt_hash: str = Field(json_schema_extra={"pattern": HEX64.pattern})
     model_revision: str | None = Field(default=None, json_schema_extra={"pattern": MODEL_REVISION.pattern})
-    backend: str | None = None
+    backend: StoredBackend | None = None
     featureset: str | None = Field(
         default=None, description="featureset id (16 hex)", json_schema_extra={"pattern": FEATURESET_ID.pattern}
     )

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas.prompt_hash import canonical_json, prompt_hash, sample_identity
-from schemas.validation import describe_errors
+from schemas.validation import describe_errors, exactly_one_of
 
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 NonEmptyText = Annotated[str, Field(min_length=1)]
@@ -43,7 +43,9 @@ class Greedy(BaseModel):
 class Completion(BaseModel):
     """Exactly one of: literal text, token ids, or greedy generation by the target."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra=exactly_one_of("text", "token_ids", "greedy")
+    )
 
     text: NonEmptyText | None = None
     token_ids: TokenIds | None = None
@@ -60,7 +62,19 @@ class Completion(BaseModel):
 class Sample(BaseModel):
     """A prompt as chat messages, plain text or token ids, plus an optional completion and an `id` label."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={
+            **exactly_one_of("messages", "text", "token_ids"),
+            # chat_template_kwargs only with messages
+            "anyOf": [
+                {"not": {"required": ["chat_template_kwargs"]}},
+                {"properties": {"chat_template_kwargs": {"type": "null"}}},
+                {"required": ["messages"], "properties": {"messages": {"not": {"type": "null"}}}},
+            ],
+        },
+    )
 
     id: str | None = None
     messages: Annotated[list[Message], Field(min_length=1)] | None = None

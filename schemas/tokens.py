@@ -36,6 +36,9 @@ class TokenRange:
         return f"{'' if self.start is None else self.start}:{'' if self.stop is None else self.stop}"
 
 
+TOKENS_PATTERN = r"^ *[0-9]* *: *[0-9]* *$"  # what parse_token_range takes, for the API's schema
+
+
 def parse_token_range(text: str) -> TokenRange:
     parts = text.split(":")
     if len(parts) != 2:

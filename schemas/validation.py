@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
 
 # pydantic error type -> our words (formatted with the error's context)
 _WORDS = {
@@ -49,3 +51,23 @@ def describe_errors(errors: Iterable[Mapping[str, Any]], skip: tuple[str, ...] =
         where = ".".join(str(part) for part in err.get("loc", ()) if part not in skip)
         reasons.append(f"{where}: {_words(err)}" if where else _words(err))
     return "; ".join(reasons) or "invalid"
+
+
+def exactly_one_of(*fields: str) -> dict[str, Any]:
+    """JSON schema for what a model's "exactly one of these, the rest absent or null" check says."""
+    given = [{"required": [name], "properties": {name: {"not": {"type": "null"}}}} for name in fields]
+    return {"oneOf": given}
+
+
+def _json_int(value: Any) -> Any:
+    if isinstance(value, bool):  # JSON's true is not an integer; Python's bool is one
+        raise ValueError("must be an integer, not true or false")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# An integer as JSON Schema means one: integral numbers (5 and 5.0), never true, false or "5" (not for samples: their
+# hash is over the JSON as sent, where 5.0 and 5 differ, so a sample's token ids are integers as written)
+JsonInt = Annotated[int, Field(strict=True), BeforeValidator(_json_int)]
+JsonBool = Annotated[bool, Field(strict=True)]  # true or false, never 0 or 1

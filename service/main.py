@@ -307,22 +307,29 @@ def create_app(
         setattr(app.state, name, getattr(services, name))
     error_handlers.install(app)
     openapi.mount_docs(app)
-    for module in (
-        health,
-        info,
-        extract,
-        features,
-        entries,
-        datasets,
-        imports,
-        compare,
-        audit,
-        estimate,
-        jobs,
-        window,
-        metrics_api,
-    ):
-        app.include_router(module.router)
+    vocab_size = services.models.spec.vocab_size if services.models is not None else None
+    openapi.document_app(app, vocab_size, services.settings.window_margin_s)
+    routers = [
+        module.router
+        for module in (
+            health,
+            info,
+            extract,
+            features,
+            entries,
+            datasets,
+            imports,
+            compare,
+            audit,
+            estimate,
+            jobs,
+            window,
+            metrics_api,
+        )
+    ]
+    for router in routers:
+        app.include_router(router)
+    app.state.methods_by_path = error_handlers.methods_by_path(routers)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
     limits = {
         "/v1/jobs": services.settings.max_job_bytes,

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Iterable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute, APIRouter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -88,10 +91,24 @@ async def _validation(_: Request, exc: Exception) -> JSONResponse:
     return error_response(422, ErrorCode.INVALID_REQUEST, describe_errors(exc.errors(), skip=("body",)))
 
 
-async def _http(_: Request, exc: Exception) -> JSONResponse:
+async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, ErrorCode.BAD_REQUEST)
-    return error_response(exc.status_code, code, str(exc.detail), dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # starlette names the methods of the first route on the path; a path has several
+        headers["Allow"] = ", ".join(_allowed(request))
+    return error_response(exc.status_code, code, str(exc.detail), headers)
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route serves on the request's path (`methods_by_path`, taken when the app was built)."""
+    path = request.url.path
+    return sorted({m for pattern, methods in request.app.state.methods_by_path for m in methods if pattern.match(path)})
+
+
+def methods_by_path(routers: Iterable[APIRouter]) -> list[tuple[re.Pattern[str], set[str]]]:
+    """Each route's path pattern and methods: what a 405's Allow header lists for a path."""
+    return [(r.path_regex, set(r.methods)) for router in routers for r in router.routes if isinstance(r, APIRoute)]
 
 
 class CatchAll:

@@ -9,10 +9,14 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel
 
 from schemas.errors import ErrorBody
 
+_ENVELOPE = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+
 _MEANING = {
+    400: "a body that cannot be read in its encoding",
     401: "no bearer token, or an unknown one (when the service has tokens configured)",
     403: "the token lacks the scope this route needs",
     404: "no such entry or job",
@@ -30,6 +34,55 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """`responses=` for a route: each status it can answer with, all carrying `{"error": {"code", "message"}}`
     (422 and 500 always: any parameter can be invalid, and anything can fail)."""
     return {status: {"model": ErrorBody, "description": _MEANING[status]} for status in sorted({*statuses, 422, 500})}
+
+
+def json_body(model: type[BaseModel], description: str) -> dict[str, Any]:
+    """`openapi_extra=` for a route that reads its body itself: the model it must be, required."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)  # the models it names are in the document's components already (other routes use them)
+    content = {"application/json": {"schema": schema}}
+    return {"requestBody": {"required": True, "description": description, "content": content}}
+
+
+def binary_body(description: str, media_type: str) -> dict[str, Any]:
+    content = {media_type: {"schema": {"type": "string", "format": "binary"}}}
+    return {"requestBody": {"required": True, "description": description, "content": content}}
+
+
+def document_app(app: FastAPI, vocab_size: int | None, margin_s: float) -> None:
+    """What this app's document says beyond its models, so it says what its validation does: every operation with a
+    body may answer 400 (a body that is not text in its encoding; JSON that does not parse is a 422); token ids stop
+    below the model's vocabulary; a window is longer than the margin kept to hand the GPU back."""
+    build = app.openapi
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for operations in schema["paths"].values():
+                for operation in operations.values():
+                    if "requestBody" in operation:
+                        operation["responses"].setdefault("400", {"description": _MEANING[400], "content": _ENVELOPE})
+            if vocab_size is not None:
+                _cap_token_ids(schema, vocab_size - 1)
+            minutes = schema["components"]["schemas"]["WindowOpenRequest"]["properties"]["minutes"]
+            minutes["exclusiveMinimum"] = max(minutes.get("exclusiveMinimum", 0), margin_s / 60)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = document  # type: ignore[method-assign]
+
+
+def _cap_token_ids(node: Any, maximum: int, inside: bool = False) -> None:
+    """Every integer under a `token_ids` property (a sample's, its completion's) at most `maximum`."""
+    if isinstance(node, dict):
+        if inside and node.get("type") == "integer":
+            node["maximum"] = maximum
+        for key, value in node.items():
+            _cap_token_ids(value, maximum, inside)
+            if key == "properties" and isinstance(value, dict) and "token_ids" in value:
+                _cap_token_ids(value["token_ids"], maximum, inside=True)
+    elif isinstance(node, list):
+        for value in node:
+            _cap_token_ids(value, maximum, inside)
 
 
 def binary(description: str, *media_types: str) -> dict[int | str, dict[str, Any]]:

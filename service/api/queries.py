@@ -11,9 +11,10 @@ from pydantic import ValidationError
 
 from schemas import backend as backend_names
 from schemas import chunk_wire, keys
-from schemas.featureset import LayerId, parse_layers
+from schemas.backend import STORED_BACKENDS
+from schemas.featureset import LAYERS_PATTERN, LayerId, parse_layers
 from schemas.keys import FeatureKey
-from schemas.tokens import TokenRange, parse_token_range
+from schemas.tokens import TOKENS_PATTERN, TokenRange, parse_token_range
 from schemas.validation import describe_errors
 from service.errors import InvalidRequest
 
@@ -56,7 +57,10 @@ def key_query(
         str | None,
         Query(description="hub commit or sha256:…", json_schema_extra={"pattern": keys.MODEL_REVISION.pattern}),
     ] = None,
-    backend: Annotated[str | None, Query(description=backend_names.backends_help())] = None,
+    backend: Annotated[
+        str | None,
+        Query(description=backend_names.backends_help(), json_schema_extra={"enum": list(STORED_BACKENDS)}),
+    ] = None,
     featureset: Annotated[
         str | None, Query(description="featureset id", json_schema_extra={"pattern": keys.FEATURESET_ID.pattern})
     ] = None,
@@ -78,8 +82,19 @@ def key_query(
 
 def feature_query(
     key: Annotated[FeatureKey, Depends(key_query)],
-    layers: Annotated[str | None, Query(description="comma-separated layer ids: 1,16,embed,final_norm")] = None,
-    tokens: Annotated[str | None, Query(description="half-open token range a:b, clipped to the entry")] = None,
+    layers: Annotated[
+        str | None,
+        Query(
+            description="comma-separated layer ids: 1,16,embed,final_norm",
+            json_schema_extra={"pattern": LAYERS_PATTERN},
+        ),
+    ] = None,
+    tokens: Annotated[
+        str | None,
+        Query(
+            description="half-open token range a:b, clipped to the entry", json_schema_extra={"pattern": TOKENS_PATTERN}
+        ),
+    ] = None,
 ) -> FeatureQuery:
     return FeatureQuery(key, checked(parse_layers, layers), checked(parse_token_range, tokens))
 

@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from schemas.api import CompareReport
+from schemas.backend import STORED_BACKENDS
 from service.api.deps import AuditorDep, ReadScope, Scope, SettingsDep
 from service.api.openapi import errors
 from service.api.queries import KeyQueryDep, check_backend
@@ -31,8 +32,12 @@ def compare(
     request: Request,
     auditor: AuditorDep,
     settings: SettingsDep,
-    a: Annotated[str, Query(description="backend of the first side")] = "fla",
-    b: Annotated[str, Query(description="backend of the second side")] = "torch",
+    a: Annotated[
+        str, Query(description="backend of the first side", json_schema_extra={"enum": list(STORED_BACKENDS)})
+    ] = "fla",
+    b: Annotated[
+        str, Query(description="backend of the second side", json_schema_extra={"enum": list(STORED_BACKENDS)})
+    ] = "torch",
     extract: Annotated[bool, Query(description="extract a missing side (needs the write scope)")] = False,
 ) -> CompareReport:
     if extract:

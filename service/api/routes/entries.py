@@ -6,6 +6,7 @@ from fastapi import APIRouter, Query
 
 from schemas import keys, timestamps
 from schemas.api import EntriesPage
+from schemas.backend import STORED_BACKENDS
 from schemas.keys import EntryFilter
 from service.api.deps import ReaderDep, ReadScope
 from service.api.openapi import errors
@@ -32,14 +33,31 @@ def _since(value: str | None) -> str | None:
 )
 def list_entries(
     reader: ReaderDep,
-    prompt_hash: Annotated[str | None, Query(description="a prompt hash or a prefix of one (6+ hex digits)")] = None,
-    backend: str | None = None,
-    model_revision: str | None = None,
-    featureset: str | None = None,
-    content_hash: Annotated[str | None, Query(description="a content hash or a prefix of one")] = None,
-    since: Annotated[str | None, Query(description="ISO-8601 time: versions created at or after it")] = None,
+    prompt_hash: Annotated[
+        str | None,
+        Query(
+            description="a prompt hash or a prefix of one (6+ hex digits)",
+            json_schema_extra={"pattern": keys.PROMPT_PREFIX.pattern},
+        ),
+    ] = None,
+    backend: Annotated[str | None, Query(json_schema_extra={"enum": list(STORED_BACKENDS)})] = None,
+    model_revision: Annotated[str | None, Query(json_schema_extra={"pattern": keys.MODEL_REVISION.pattern})] = None,
+    featureset: Annotated[str | None, Query(json_schema_extra={"pattern": keys.FEATURESET_ID.pattern})] = None,
+    content_hash: Annotated[
+        str | None,
+        Query(
+            description="a content hash or a prefix of one", json_schema_extra={"pattern": keys.CONTENT_PREFIX.pattern}
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        Query(description="ISO-8601 time: versions created at or after it", json_schema_extra={"format": "date-time"}),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    cursor: Annotated[
+        str | None,
+        Query(description="next_cursor of the previous page", json_schema_extra={"pattern": r"^[0-9]{0,18}$"}),
+    ] = None,
 ) -> EntriesPage:
     where = EntryFilter(
         prompt_hash=checked(keys.check_prompt_hash_prefix, prompt_hash),

@@ -6,9 +6,10 @@ from starlette.concurrency import run_in_threadpool
 
 from schemas import wire
 from schemas.api import IMPORT_METADATA, ImportRequest, ImportResult
+from schemas.http import SAFETENSORS_MEDIA_TYPE
 from schemas.validation import describe_errors
 from service.api.deps import ImporterDep, WriteScope
-from service.api.openapi import errors
+from service.api.openapi import binary_body, errors
 from service.errors import InvalidRequest
 
 router = APIRouter(tags=["import"])
@@ -19,6 +20,10 @@ router = APIRouter(tags=["import"])
     dependencies=[WriteScope],
     summary="Store features computed elsewhere: a safetensors body whose `import` metadata is an ImportRequest",
     responses=errors(401, 403, 413, 422),
+    openapi_extra=binary_body(
+        "safetensors: hidden_states, input_ids (and loss_mask); its metadata `import` an ImportRequest",
+        SAFETENSORS_MEDIA_TYPE,
+    ),
 )
 async def import_entry(request: Request, importer: ImporterDep) -> ImportResult:
     body = await request.body()

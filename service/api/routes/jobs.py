@@ -11,7 +11,7 @@ from schemas.featureset import FeatureDtype, FeatureSet, parse_layers
 from schemas.jsonl import parse_jsonl
 from schemas.validation import describe_errors
 from service.api.deps import JobsDep, ReadScope, Scope, SettingsDep, WriteScope
-from service.api.openapi import errors
+from service.api.openapi import errors, json_body
 from service.errors import InvalidRequest
 
 router = APIRouter(tags=["jobs"])
@@ -24,6 +24,10 @@ JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonl
     status_code=201,
     summary="Submit a warm job (JSON body or a JSONL upload); it runs in the next window",
     responses=errors(401, 403, 409, 413, 422, 503),
+    openapi_extra=json_body(
+        JobRequest,
+        "a JobRequest; or, as application/x-ndjson, one sample per line with the options as query parameters",
+    ),
 )
 async def submit(
     request: Request,
