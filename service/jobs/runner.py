@@ -1,8 +1,6 @@
 """The background runner: takes batches of warm-job items inside open windows (or now, for run-now jobs), stops at
 a batch boundary when the window closes or is about to, and hands the GPU back as soon as it has nothing to run.
-While the window is shut (SGLang up) it fetches reference completions for samples that ask for greedy ones; a
-sample SGLang refuses gets its completion from the target instead, and a failing SGLang is asked again only after
-a growing pause, never in a loop that stalls the jobs."""
+While the window is shut (SGLang up) it has reference completions fetched (`CompletionPrefetcher`)."""
 
 from __future__ import annotations
 
@@ -31,11 +29,11 @@ from service.errors import (
     ImplausibleFeatures,
     InvalidRequest,
     NonFiniteFeatures,
-    SGLangUnavailable,
     TooLarge,
 )
 from service.extraction.extractor import Extractor
 from service.host.sglang import SGLangClient
+from service.jobs.completions import CompletionPrefetcher
 from service.jobs.lease_holder import LeaseHolder
 from service.model.manager import ModelManager
 
@@ -43,7 +41,6 @@ log = logging.getLogger("hsstore.jobs")
 # Errors that belong to one sample: the sample fails, the job goes on. Anything else is the host's trouble.
 SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, ImplausibleFeatures, BackendUnavailable)
 MAX_HOST_FAILURES = 3
-SGLANG_BACKOFF_S = (1.0, 60.0)  # first and longest pause after SGLang failed a /generate
 
 
 class JobRunner:
@@ -71,13 +68,10 @@ class JobRunner:
         self.models = models
         self.windows = windows
         self.preparer = preparer
-        self.sglang = sglang
+        self.completions = CompletionPrefetcher(jobs, sglang, preparer, models.spec, batch_size * 4, self._emit)
         self.batch_size = batch_size
         self.poll_s = poll_s
         self.keep_gpu_s = keep_gpu_s  # how long a window keeps the model after its last runnable item
-        self._sglang_failures = 0
-        self._sglang_retry_at = 0.0
-        self._suspects: set[tuple[str, int]] = set()  # (job, sample) in a /generate call that failed
         self.on_event = on_event
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -146,9 +140,9 @@ class JobRunner:
         if not jobs:
             self._collect(wait=True)  # at a batch boundary before the GPU goes anywhere
             self._give_back(usable)
-            return self._prefetch_completions() if not self.models.loaded else False
+            return self.completions.prefetch() if not self.models.loaded else False
         for job in jobs:
-            if not self.models.loaded and self._prefetch_completions(job):
+            if not self.models.loaded and self.completions.prefetch(job):
                 return True  # SGLang is still up: take its reference completions before asking it for the GPU
             if self._run_batch(job):
                 return True
@@ -276,68 +270,6 @@ class JobRunner:
         if current is not None and current.state.active:
             self.jobs.set_job_state(job.id, JobState.DONE, finished_at=utc_now())
         self._emit("job_done")
-
-    def _prefetch_completions(self, only: JobRecord | None = None) -> bool:
-        """Fetch greedy completions from SGLang for pending samples that ask for them; True if any were fetched.
-        Never raises for SGLang's faults: they pause the fetching (see `_sglang_failed`)."""
-        if self.sglang is None or time.monotonic() < self._sglang_retry_at:
-            return False
-        jobs = [only] if only is not None else self.jobs.runnable_jobs(include_windowed=True)
-        for job in jobs:
-            items = self.jobs.pending_items(job.id, self.batch_size * 4, needing_completion=True)
-            unique = {item.index: item for item in items}
-            if not unique or not self.sglang.healthy():
-                continue
-            spec = self.models.spec
-            calls: list[tuple[int, list[tuple[int, list[int]]]]] = []  # (max_new_tokens, [(index, prompt ids)])
-            by_length: dict[int, list[tuple[int, list[int]]]] = {}
-            for index, item in unique.items():
-                encoded = self.preparer.sample(spec, item.sample).encoded
-                if encoded.greedy_max_new_tokens is None:
-                    continue
-                prompt = (index, encoded.prompt_ids)
-                if (job.id, index) in self._suspects:  # in a call that failed: alone now, to find the one at fault
-                    calls.append((encoded.greedy_max_new_tokens, [prompt]))
-                else:
-                    by_length.setdefault(encoded.greedy_max_new_tokens, []).append(prompt)
-            calls.extend(by_length.items())
-            fetched = False
-            for max_new, prompts in calls:
-                if not self._fetch(job, max_new, prompts):
-                    break  # SGLang failed: nothing more until the pause is over
-                fetched = True
-            if fetched:
-                self._emit("completions")
-            return fetched
-        return False
-
-    def _fetch(self, job: JobRecord, max_new: int, prompts: list[tuple[int, list[int]]]) -> bool:
-        assert self.sglang is not None
-        try:
-            outputs = self.sglang.greedy([ids for _, ids in prompts], max_new)
-        except SGLangUnavailable as exc:
-            self._sglang_failed(job, prompts, exc)
-            return False
-        self._sglang_failures = 0
-        for (index, _), output in zip(prompts, outputs, strict=True):
-            self.jobs.set_completion(job.id, index, output, CompletionSource.GREEDY_SGLANG)
-            self._suspects.discard((job.id, index))
-        return True
-
-    def _sglang_failed(self, job: JobRecord, prompts: list[tuple[int, list[int]]], exc: SGLangUnavailable) -> None:
-        """A sample SGLang refuses on its own gets its completion from the target; a failed call with several
-        samples makes each a suspect, asked alone next time. Either way SGLang is asked again only after a pause
-        that doubles with each failure in a row."""
-        if len(prompts) == 1:
-            ((index, _),) = prompts
-            log.warning("SGLang refused sample %d of job %s (%s): the target will generate it", index, job.id, exc)
-            self.jobs.fall_back_to_target(job.id, index)
-            self._suspects.discard((job.id, index))
-        else:
-            self._suspects.update((job.id, index) for index, _ in prompts)
-        first, longest = SGLANG_BACKOFF_S
-        self._sglang_failures += 1
-        self._sglang_retry_at = time.monotonic() + min(longest, first * 2 ** (self._sglang_failures - 1))
 
     def _emit(self, event: str) -> None:
         if self.on_event is not None:
