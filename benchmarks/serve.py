@@ -50,7 +50,7 @@ from schemas.manifest import Manifest, TensorInfo
 from schemas.prompt_hash import prompt_hash
 from schemas.timestamps import utc_now
 from schemas.torch_tensors import from_torch
-from service.core.writer import FeatureWriter
+from service.core.recorder import Recorder
 from service.main import build_services
 from service.settings import Settings
 from service.storage.protocol import Selection
@@ -68,7 +68,7 @@ def hidden_like(tokens: int, hidden: int, seed: int) -> torch.Tensor:
     return values.to(torch.bfloat16)
 
 
-def populate(writer: FeatureWriter, entries: int, tokens: int, hidden: int) -> tuple[list[Manifest], float, int]:
+def populate(recorder: Recorder, entries: int, tokens: int, hidden: int) -> tuple[list[Manifest], float, int]:
     bases = [hidden_like(tokens, hidden, seed) for seed in range(min(entries, 4))]
     manifests, raw, elapsed = [], 0, 0.0
     for i in range(entries):
@@ -102,7 +102,7 @@ def populate(writer: FeatureWriter, entries: int, tokens: int, hidden: int) -> t
             created_at=utc_now(),
         )
         start = time.perf_counter()
-        writer.record(manifest, tensors)
+        recorder.record(manifest, tensors)
         elapsed += time.perf_counter() - start
         raw += sum(t.nbytes for t in tensors)
         manifests.append(manifest)
@@ -220,7 +220,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="hsstore-serve-"))
     settings = Settings(data_dir=root, codec=args.codec)
     services = build_services(settings)  # no model: the store and catalog a replica serves
-    manifests, write_s, raw = populate(services.writer, args.entries, args.tokens, args.hidden)
+    manifests, write_s, raw = populate(services.recorder, args.entries, args.tokens, args.hidden)
     manifests = [services.reader.resolve(m.feature_key()) for m in manifests]  # as recorded, with chunk digests
     stored = sum(p.stat().st_size for p in (root / "blobs").rglob("*") if p.is_file())
     payload = sum(m.num_tokens * (5 * args.hidden * 2 + 4) for m in manifests)

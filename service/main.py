@@ -43,6 +43,7 @@ from service.core.model_revisions import model_revision_for
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
 from service.core.rebuild import CatalogRebuilder
+from service.core.recorder import Recorder
 from service.core.verifier import Verifier
 from service.core.windows import Windows
 from service.core.writer import FeatureWriter
@@ -125,6 +126,7 @@ class Services:
     preparer: RequestPreparer
     metrics: Metrics
     reader: FeatureReader
+    recorder: Recorder
     writer: FeatureWriter
     auditor: Auditor
     verifier: Verifier
@@ -166,7 +168,10 @@ def build_services(
         settings.content_refuse_z,
     )
     canaries = Canaries(kv) if settings.canary else None
-    writer = FeatureWriter(store, versions, models, gate, preparer, metrics, checks, canaries, settings.writer_threads)
+    recorder = Recorder(store, versions)
+    writer = FeatureWriter(
+        recorder, versions, models, gate, preparer, metrics, checks, canaries, settings.writer_threads
+    )
     verifier = Verifier(store, versions, kv)
     runner = None
     if models is not None and settings.run_jobs:
@@ -196,13 +201,14 @@ def build_services(
         preparer=preparer,
         metrics=metrics,
         reader=reader,
+        recorder=recorder,
         writer=writer,
         auditor=Auditor(reader, writer, versions, models, gate, preparer, verifier),
         verifier=verifier,
         datasets=Datasets(reader.resolve, versions, store, kv),
         estimator=Estimator(spec, preparer, versions, store, job_store, settings.codec),
         importer=FeatureImporter(
-            writer,
+            recorder,
             versions,
             models,
             checks,

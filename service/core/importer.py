@@ -17,15 +17,14 @@ from schemas.backend import UNKNOWN_BACKEND, Fingerprint
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
 from schemas.keys import EntryKey
-from schemas.manifest import HIDDEN_STATES, Manifest, TensorInfo
+from schemas.manifest import HIDDEN_STATES
 from schemas.samples import InvalidSampleError, ParsedSample, parse_sample
 from schemas.states import ImportStatus
 from schemas.tensors import RawTensor
-from schemas.timestamps import utc_now
 from schemas.torch_tensors import to_torch
 from service.catalog.protocol import VersionCatalog
 from service.core.content_checks import ContentChecks
-from service.core.writer import FeatureWriter
+from service.core.recorder import Recorder, new_manifest
 from service.errors import InvalidRequest, InvalidSample
 from service.extraction.extractor import Extractor
 from service.extraction.stats import constant_rows, layer_stats, layer_summary
@@ -39,7 +38,7 @@ _REQUIRED = (HIDDEN_STATES, "input_ids")
 class FeatureImporter:
     def __init__(
         self,
-        writer: FeatureWriter,
+        recorder: Recorder,
         versions: VersionCatalog,
         models: ModelManager[Extractor] | None,
         checks: ContentChecks,
@@ -47,7 +46,7 @@ class FeatureImporter:
         spot_check_every: int = 16,
         spot_check_cosine: float = 0.98,
     ) -> None:
-        self.writer = writer
+        self.recorder = recorder
         self.checks = checks
         self.spot_check_every = spot_check_every
         self.spot_check_cosine = spot_check_cosine
@@ -92,28 +91,22 @@ class FeatureImporter:
                 f"this key's features were extracted here under backend {backend!r} and the imported bits differ: "
                 "import them without --backend (as 'unknown') and compare the two"
             )
-        manifest = Manifest(
-            prompt_hash=key.prompt_hash,
-            model_revision=key.model_revision,
-            backend=backend,
-            featureset=featureset,
-            featureset_id=featureset.id,
-            content_hash=request.content_hash,
-            sample_id=parsed.label,
-            sample=parsed.identity,
-            num_tokens=tokens,
+        manifest = new_manifest(
+            key,
+            featureset,
+            parsed,
+            request.content_hash,
             prompt_tokens=request.prompt_tokens,
             completion_tokens=tokens - request.prompt_tokens,
             completion_source=request.completion_source,
-            tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in tensors.values()},
+            tensors=tensors.values(),
             layer_stats=stats,
             fingerprint=Fingerprint.of_import(request.source, stated),
-            created_at=utc_now(),
-            content_flags=flags,
+            flags=flags,
         )
         if (actual := content_hash(tensors.values())) != request.content_hash:
             raise InvalidRequest(f"the tensors sent hash to {actual}, not to the content hash {request.content_hash}")
-        stored, added = self.writer.record(manifest, list(tensors.values()), hashed=True)
+        stored, added = self.recorder.record(manifest, list(tensors.values()), hashed=True)
         if not added:
             status = ImportStatus.EXISTING
         else:

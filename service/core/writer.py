@@ -1,10 +1,8 @@
-"""The writer: extract what is missing — one forward per entry key at a time, however many requests ask — and record
-each new version: blob (with its chunk digests), then its manifest document, then the catalog row, so a crash at
-any point leaves nothing visible."""
+"""The writer: extract what is missing — one forward per entry key at a time, however many requests ask — and have
+each new version recorded (`Recorder`)."""
 
 from __future__ import annotations
 
-import errno
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -14,26 +12,22 @@ from typing import Literal, get_args
 
 from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
 from schemas.backend import Backend
-from schemas.chunks import entry_digest
 from schemas.content_hash import content_hash
 from schemas.featureset import FeatureSet
-from schemas.keys import EntryFilter, EntryKey
-from schemas.manifest import Manifest, TensorInfo, document_name
+from schemas.keys import EntryKey
+from schemas.manifest import Manifest
 from schemas.samples import ParsedSample
-from schemas.states import CompletionSource, ExtractStatus, Integrity
-from schemas.tensors import RawTensor
-from schemas.timestamps import utc_now
+from schemas.states import CompletionSource, ExtractStatus
 from service.catalog.protocol import VersionCatalog
 from service.core.canary import Canaries
 from service.core.content_checks import ContentChecks
 from service.core.gate import ExtractionGate, configured
 from service.core.prepare import PreparedSample, RequestPreparer
+from service.core.recorder import Recorder, is_corrupt, new_manifest
 from service.core.single_flight import SingleFlight
-from service.errors import CorruptEntry, StorageFull
-from service.extraction.extractor import Extraction, Extractor, PendingExtraction
+from service.extraction.extractor import Extractor, PendingExtraction
 from service.metrics import Metrics
 from service.model.manager import ModelManager
-from service.storage.protocol import BlobStore
 
 # sample index -> reference completion token ids and where they came from
 Completions = Mapping[int, tuple[list[int], CompletionSource]]
@@ -77,7 +71,7 @@ class InFlight:
 class FeatureWriter:
     def __init__(
         self,
-        store: BlobStore,
+        recorder: Recorder,
         versions: VersionCatalog,
         models: ModelManager[Extractor] | None,
         gate: ExtractionGate,
@@ -87,7 +81,7 @@ class FeatureWriter:
         canaries: Canaries | None,
         writer_threads: int = 4,
     ) -> None:
-        self.store = store
+        self.recorder = recorder
         self.checks = checks
         self.canaries = canaries  # None: the key spaces' canaries are not checked (the `canary` setting)
         self.versions = versions
@@ -122,7 +116,7 @@ class FeatureWriter:
         for index, sample in enumerate(samples):
             key = EntryKey(sample.parsed.prompt_hash, models.spec.revision, backend.value, featureset.id)
             existing = self.versions.versions(key)
-            if existing and not request.force and not _corrupt(existing[0]):
+            if existing and not request.force and not is_corrupt(existing[0]):
                 results[index] = _result(sample.parsed, ExtractStatus.EXISTING, existing[0])
                 continue
             flight, leads = self._flights.join(key)
@@ -139,9 +133,21 @@ class FeatureWriter:
                 extraction = pending.wait()
                 tokens = extraction.prompt_tokens + extraction.completion_tokens
                 flags = self.checks.check(key, extraction.layer_stats, extraction.constant_rows, tokens)
-                # _manifest hashed the tensors just now: record them without hashing again
-                manifest = _manifest(key, featureset, parsed, extraction, flags)
-                stored, added = self._record(manifest, extraction.tensors)
+                # the manifest is made from these tensors' hash: added without hashing them again
+                manifest = new_manifest(
+                    key,
+                    featureset,
+                    parsed,
+                    content_hash(extraction.tensors),
+                    prompt_tokens=extraction.prompt_tokens,
+                    completion_tokens=extraction.completion_tokens,
+                    completion_source=extraction.completion_source,
+                    tensors=extraction.tensors,
+                    layer_stats=extraction.layer_stats,
+                    fingerprint=extraction.fingerprint,
+                    flags=flags,
+                )
+                stored, added = self.recorder.add(manifest, extraction.tensors)
             except BaseException as exc:
                 self._flights.land(key, led[key], error=exc)
                 raise
@@ -193,56 +199,6 @@ class FeatureWriter:
                     for when, seconds in in_flight.waited_s.items():
                         self.metrics.write_wait_seconds.labels(when).inc(seconds)
 
-    def _marked_corrupt(self, content_hash: str) -> bool:
-        return any(_corrupt(m) for m in self.versions.find(EntryFilter(content_hash=content_hash), limit=1))
-
-    def record(self, manifest: Manifest, tensors: list[RawTensor], *, hashed: bool = False) -> tuple[Manifest, bool]:
-        """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new.
-        `hashed`: the caller has just checked that they do (the importer, which answers a mismatch with a 4xx)."""
-        if not hashed and content_hash(tensors) != manifest.content_hash:
-            raise CorruptEntry(f"tensors do not hash to {manifest.content_hash}")
-        return self._record(manifest, tensors)
-
-    def _record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
-        if self._marked_corrupt(manifest.content_hash):  # re-extraction repairs: the damaged blob goes first
-            self.store.delete(manifest.content_hash)
-            self.versions.set_integrity(manifest.content_hash, None)
-        stored = None
-        try:
-            stored = self.store.put_if_absent(manifest.content_hash, tensors)
-            # the chunk digests go into the manifest: every later read of any part is checked against them
-            chunks = {
-                name: info.model_copy(update={"chunks": stored.chunks.get(name)})
-                for name, info in manifest.tensors.items()
-            }
-            manifest = manifest.model_copy(
-                update={
-                    "tensors": chunks,
-                    "chunks_digest": entry_digest({name: info.chunks for name, info in chunks.items()}),
-                    "seq": None,
-                    "audit": None,
-                }
-            )
-            document = manifest.model_dump_json().encode()
-            self.store.put_manifest(document_name(document), document)
-            return self.versions.add(manifest)
-        except BaseException as exc:
-            if stored is not None and stored.written:
-                self._drop_orphan(manifest.content_hash)
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise StorageFull(f"the store has no room for {manifest.content_hash}: nothing was stored") from None
-            raise
-
-    def _drop_orphan(self, content_hash: str) -> None:
-        """A blob this write published whose version never made it into the catalog goes again, unless another
-        version (of another key with the same bits) came to use it meanwhile."""
-        if not self.versions.find(EntryFilter(content_hash=content_hash), limit=1):
-            self.store.delete(content_hash)
-
-
-def _corrupt(manifest: Manifest) -> bool:
-    return manifest.integrity is not None and manifest.integrity.status == Integrity.CORRUPT
-
 
 def _with_completion(sample: PreparedSample, completion: tuple[list[int], CompletionSource] | None) -> PreparedSample:
     """A sample that asks for a greedy completion, given the one fetched for it earlier."""
@@ -255,27 +211,3 @@ def _with_completion(sample: PreparedSample, completion: tuple[list[int], Comple
 
 def _result(parsed: ParsedSample, status: ExtractStatus, manifest: Manifest) -> ExtractResult:
     return ExtractResult(prompt_hash=parsed.prompt_hash, sample_id=parsed.label, status=status, manifest=manifest)
-
-
-def _manifest(
-    key: EntryKey, featureset: FeatureSet, parsed: ParsedSample, extraction: Extraction, flags: list[str]
-) -> Manifest:
-    return Manifest(
-        prompt_hash=key.prompt_hash,
-        model_revision=key.model_revision,
-        backend=key.backend,
-        featureset=featureset,
-        featureset_id=key.featureset_id,
-        content_hash=content_hash(extraction.tensors),
-        sample_id=parsed.label,
-        sample=parsed.identity,
-        num_tokens=extraction.prompt_tokens + extraction.completion_tokens,
-        prompt_tokens=extraction.prompt_tokens,
-        completion_tokens=extraction.completion_tokens,
-        completion_source=extraction.completion_source,
-        tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in extraction.tensors},
-        layer_stats=extraction.layer_stats,
-        fingerprint=extraction.fingerprint,
-        created_at=utc_now(),
-        content_flags=flags,
-    )

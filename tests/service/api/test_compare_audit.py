@@ -53,7 +53,7 @@ def test_audit_flags_a_version_that_does_not_reproduce(settings: Settings, tiny_
         RawTensor("hidden_states", "bfloat16", stored["hidden_states"].shape, memoryview(bits)),
         stored["input_ids"],
     ]
-    drifted, _ = services.writer.record(
+    drifted, _ = services.recorder.record(
         original.model_copy(update={"content_hash": content_hash(tensors), "seq": None}), tensors
     )
     report = services.auditor.audit(10)

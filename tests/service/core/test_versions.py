@@ -29,15 +29,15 @@ def test_different_bits_add_a_version_and_both_stay_readable(settings: Settings,
     changed[0] ^= 1  # as a library upgrade would: the same key, other bits
     tensors = [RawTensor("hidden_states", "bfloat16", hidden.shape, memoryview(changed)), stored["input_ids"]]
     second_hash = content_hash(tensors)
-    writer, reader = services.writer, services.reader
-    second, added = writer.record(first.model_copy(update={"content_hash": second_hash, "seq": None}), tensors)
+    recorder, reader = services.recorder, services.reader
+    second, added = recorder.record(first.model_copy(update={"content_hash": second_hash, "seq": None}), tensors)
     assert added and second.seq > first.seq
     key = FeatureKey(prompt_hash=first.prompt_hash)
     assert reader.resolve(key).content_hash == second_hash  # newest by default
     assert reader.read(reader.resolve(key.model_copy(update={"content_hash": first.content_hash}))).part.full
     pinned = reader.resolve(key.model_copy(update={"content_hash": second_hash}))
     assert reader.read(pinned).served_hash == second_hash
-    _, added_again = writer.record(second, tensors)
+    _, added_again = recorder.record(second, tensors)
     assert not added_again  # same key, same bits: no version
 
 
