@@ -73,6 +73,11 @@ def check_backend(value: str | None) -> str | None:
     return value
 
 
+def backends_described() -> str:
+    """Each backend with what it runs, from the table: what the API's documentation says of them."""
+    return "; ".join(f"{spec.backend.value}: {spec.help}" for spec in BACKENDS)
+
+
 def backends_help(with_auto: bool = False) -> str:
     """`auto, fla, fla-noconv or torch`: the choices as a help text says them, from the table."""
     names = [*([AUTO] if with_auto else []), *(spec.backend.value for spec in BACKENDS)]

@@ -59,7 +59,7 @@ def key_query(
     ] = None,
     backend: Annotated[
         str | None,
-        Query(description=backend_names.backends_help(), json_schema_extra={"enum": list(STORED_BACKENDS)}),
+        Query(description=backend_names.backends_described(), json_schema_extra={"enum": list(STORED_BACKENDS)}),
     ] = None,
     featureset: Annotated[
         str | None, Query(description="featureset id", json_schema_extra={"pattern": keys.FEATURESET_ID.pattern})

@@ -3,7 +3,7 @@ kernels names it back, and the help texts list what the table holds."""
 
 from __future__ import annotations
 
-from schemas.backend import AUTO, BACKENDS, SPECS, Backend, backend_for_fast, backends_help
+from schemas.backend import AUTO, BACKENDS, SPECS, Backend, backend_for_fast, backends_described, backends_help
 
 
 def test_every_backend_has_one_row_and_its_kernels_name_it_back() -> None:
@@ -18,3 +18,7 @@ def test_every_backend_has_one_row_and_its_kernels_name_it_back() -> None:
 def test_help_texts_come_from_the_table() -> None:
     assert backends_help() == "fla, fla-noconv or torch"
     assert backends_help(with_auto=True) == f"{AUTO}, fla, fla-noconv or torch"
+    assert (
+        backends_described().startswith("fla: fla's gated delta rule")
+        and "torch: torch reference" in backends_described()
+    )
