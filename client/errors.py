@@ -24,7 +24,7 @@ class ConnectionFailedError(HsstoreError):
         super().__init__(message)
 
 
-ConnectionFailed = ConnectionFailedError  # the name up to 0.1.0; kept for one release
+ConnectionFailed = ConnectionFailedError  # its former name, kept for one release
 
 
 class NotHsstoreError(HsstoreError):

@@ -4,7 +4,8 @@
   `rows_{g}-{g+2000}/data_{i}.ckpt`, a `torch.save`d dict: `input_ids` int64 [T], `loss_mask` int64 [T],
   `hidden_states` bf16 [1, T, n_layers * H] (the layers concatenated along the last axis, ascending).
 - speculators (`src/speculators/train/data.py`, `hs_connectors.FileTransfer`): `hidden_states/hs_{i}.safetensors`
-  with `token_ids` int64 [T] and `hidden_states` bf16 [T, n_layers, H], the last layer the final one.
+  with `token_ids` int64 [T] and `hidden_states` bf16 [T, n_layers, H], the last layer the final one, inside a
+  `datasets` folder of input_ids, loss_mask and seq_len (what its `ArrowDataset(datapath)` opens).
 
 What a file holds becomes a `Found`: the tensors as hsstore stores them (hidden_states [T, L, H] bf16 with layers in
 featureset order, input_ids int32, loss_mask uint8 when there is one).
