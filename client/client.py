@@ -430,11 +430,7 @@ class FeatureClient:
         if jsonl is not None:
             params: dict[str, Any] = {"backend": list(backends), "priority": priority, "run_now": run_now}
             if featureset is not None:
-                params["layers"] = ",".join(map(str, featureset.layers))
-                params["dtype"] = featureset.dtype
-                params["target_ids"] = featureset.target_ids
-                if featureset.top_k is not None:
-                    params["top_k"] = featureset.top_k
+                params.update(featureset.params())
             if completion is not None:
                 params["completion"] = completion
             headers = {"content-type": "application/x-ndjson"}

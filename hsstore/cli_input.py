@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from hsstore.cli_errors import CliError
-from schemas.featureset import FeatureSet, parse_layers
+from schemas.featureset import FeatureSet
 from schemas.jsonl import JsonlError, parse_jsonl
 from schemas.keys import check_content_hash_prefix, check_prompt_hash_prefix, is_prompt_hash
 from schemas.samples import InvalidSampleError, parse_sample
@@ -59,12 +59,10 @@ def featureset_option(
     layers: str | None, dtype: str = "bfloat16", target_ids: bool = False, top_k: int | None = None
 ) -> FeatureSet | None:
     """`--layers 16,1,embed` (any order, normalised by FeatureSet), with `--dtype`, `--target-ids`, `--top-k`."""
-    if layers is None:
-        if dtype != "bfloat16" or target_ids or top_k is not None:
-            raise CliError("--dtype, --target-ids and --top-k describe a featureset: give its --layers too")
-        return None
+    if layers is None and (dtype != "bfloat16" or target_ids or top_k is not None):
+        raise CliError("--dtype, --target-ids and --top-k describe a featureset: give its --layers too")
     try:
-        return FeatureSet(layers=parse_layers(layers), dtype=dtype, target_ids=target_ids, top_k=top_k)  # type: ignore[arg-type]
+        return FeatureSet.from_params(layers, dtype, target_ids, top_k)
     except ValidationError as exc:
         reasons = describe_errors(exc.errors(include_url=False, include_input=False))
         raise CliError(f"--layers {layers}: {reasons}") from None

@@ -9,7 +9,6 @@ import typer
 
 from hsstore import cli_output as out
 from hsstore.cli_options import JsonOption, client_of, console
-from schemas.states import Integrity
 
 
 def jobs(
@@ -74,7 +73,7 @@ def health(ctx: typer.Context) -> None:
             total += 1
             if manifest.content_flags:
                 flagged.append(manifest)
-            if manifest.integrity is not None and manifest.integrity.status == Integrity.CORRUPT:
+            if manifest.corrupt:
                 corrupt.append(manifest)
     typer.echo(out.window_line(window))
     typer.echo(f"{total} entries: {len(flagged)} flagged by the content checks, {len(corrupt)} damaged")

@@ -46,9 +46,7 @@ def print_entries(entries: list[Manifest]) -> None:
             m.backend,
             m.featureset_id,
             contents[m.content_hash],
-            moment(m.created_at)
-            + ("  CORRUPT" if m.integrity and m.integrity.status == "corrupt" else "")
-            + ("  FLAGGED" if m.content_flags else ""),
+            moment(m.created_at) + ("  CORRUPT" if m.corrupt else "") + ("  FLAGGED" if m.content_flags else ""),
         )
         for m in entries
     ]

@@ -93,6 +93,29 @@ class FeatureSet(BaseModel):
             form["top_k"] = self.top_k
         return form
 
+    def params(self) -> dict[str, object]:
+        """The featureset as query parameters (a JSONL job upload's): the inverse of `from_params`."""
+        found: dict[str, object] = {
+            "layers": ",".join(map(str, self.layers)),
+            "dtype": self.dtype,
+            "target_ids": self.target_ids,
+        }
+        if self.top_k is not None:
+            found["top_k"] = self.top_k
+        return found
+
+    @classmethod
+    def from_params(
+        cls, layers: str | None, dtype: str = "bfloat16", target_ids: bool = False, top_k: int | None = None
+    ) -> FeatureSet | None:
+        """A featureset from its parts as a query string or a command line gives them (None: no layers, the
+        service's default); ValueError for one that cannot be, in words (pydantic's ValidationError is one)."""
+        if layers is None:
+            if dtype != "bfloat16" or target_ids or top_k is not None:
+                raise ValueError("dtype, target_ids and top_k describe a featureset: give its layers too")
+            return None
+        return cls(layers=parse_layers(layers), dtype=dtype, target_ids=target_ids, top_k=top_k)  # type: ignore[arg-type]
+
     @property
     def needs_logits(self) -> bool:
         """Whether an extraction runs the lm_head (in chunks) after the final norm."""

@@ -99,6 +99,11 @@ class Manifest(BaseModel):
     def key(self) -> EntryKey:
         return EntryKey(self.prompt_hash, self.model_revision, self.backend, self.featureset_id)
 
+    @property
+    def corrupt(self) -> bool:
+        """A scrub or a read found its stored bytes damaged (extracting it again repairs it)."""
+        return self.integrity is not None and self.integrity.status == Integrity.CORRUPT
+
     def feature_key(self) -> FeatureKey:
         """The read key that pins exactly this version (what lets a cache answer without asking)."""
         return FeatureKey(

@@ -18,7 +18,6 @@ from schemas.featureset import LayerId
 from schemas.http import SAFETENSORS_MEDIA_TYPE, SERVED_HASH_HEADER
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import LAYER_ARRAYS, Manifest
-from schemas.states import Integrity
 from schemas.tensors import RawTensor, TensorLayout
 from schemas.timestamps import stamp
 from schemas.tokens import TokenRange
@@ -112,7 +111,7 @@ class FeatureReader:
                 "name model_revision, backend and/or featureset"
             )
         newest = max(found, key=lambda m: m.seq or 0)
-        if newest.integrity is not None and newest.integrity.status == Integrity.CORRUPT:
+        if newest.corrupt:
             raise CorruptEntry(
                 f"stored entry {newest.content_hash} was found corrupt at {newest.integrity.checked_at} "
                 f"({newest.integrity.detail}); extracting it again (force) repairs it"

@@ -14,7 +14,6 @@ from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import LayerStats, Manifest, TensorInfo, document_name
 from schemas.samples import ParsedSample
-from schemas.states import Integrity
 from schemas.tensors import RawTensor
 from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
@@ -56,10 +55,6 @@ def new_manifest(
         created_at=utc_now(),
         content_flags=flags,
     )
-
-
-def is_corrupt(manifest: Manifest) -> bool:
-    return manifest.integrity is not None and manifest.integrity.status == Integrity.CORRUPT
 
 
 class Recorder:
@@ -106,7 +101,7 @@ class Recorder:
             raise
 
     def _marked_corrupt(self, content_hash: str) -> bool:
-        return any(is_corrupt(m) for m in self.versions.find(EntryFilter(content_hash=content_hash), limit=1))
+        return any(m.corrupt for m in self.versions.find(EntryFilter(content_hash=content_hash), limit=1))
 
     def _drop_orphan(self, content_hash: str) -> None:
         """A blob this write published whose version never made it into the catalog goes again, unless another

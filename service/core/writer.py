@@ -23,7 +23,7 @@ from service.core.canary import Canaries
 from service.core.content_checks import ContentChecks
 from service.core.gate import ExtractionGate, configured
 from service.core.prepare import PreparedSample, RequestPreparer
-from service.core.recorder import Recorder, is_corrupt, new_manifest
+from service.core.recorder import Recorder, new_manifest
 from service.core.single_flight import SingleFlight
 from service.extraction.extractor import Extractor, PendingExtraction
 from service.metrics import Metrics
@@ -116,7 +116,7 @@ class FeatureWriter:
         for index, sample in enumerate(samples):
             key = EntryKey(sample.parsed.prompt_hash, models.spec.revision, backend.value, featureset.id)
             existing = self.versions.versions(key)
-            if existing and not request.force and not is_corrupt(existing[0]):
+            if existing and not request.force and not existing[0].corrupt:
                 results[index] = _result(sample.parsed, ExtractStatus.EXISTING, existing[0])
                 continue
             flight, leads = self._flights.join(key)

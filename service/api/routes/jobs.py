@@ -7,7 +7,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from schemas.api import JobList, JobRequest, JobStatus, WorkerList
-from schemas.featureset import FeatureDtype, FeatureSet, parse_layers
+from schemas.featureset import FeatureDtype, FeatureSet
 from schemas.jsonl import parse_jsonl
 from schemas.validation import describe_errors
 from service.api.deps import JobsDep, ReadScope, Scope, SettingsDep, WriteScope
@@ -49,13 +49,7 @@ async def submit(
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
     try:
         if content_type in JSONL_TYPES:
-            if not layers and (dtype != "bfloat16" or target_ids or top_k is not None):
-                raise InvalidRequest("dtype, target_ids and top_k describe a featureset: give its layers too")
-            featureset = (
-                FeatureSet(layers=parse_layers(layers), dtype=dtype, target_ids=target_ids, top_k=top_k)
-                if layers
-                else None
-            )
+            featureset = FeatureSet.from_params(layers or None, dtype, target_ids, top_k)
             job = JobRequest(
                 samples=parse_jsonl(body, "the upload"),
                 backends=backend or ["auto"],
