@@ -1,5 +1,5 @@
-"""What every `hsstore` command that talks to a service takes and shows: the root's URL and token options (given
-anywhere on the line), the console for progress, the client, and the sample-file argument."""
+"""What every `hsstore` command that talks to a service takes and shows: the root's URL and token options (the
+root group takes them anywhere on the line), the console for progress, the client, and the sample-file argument."""
 
 from __future__ import annotations
 
@@ -67,31 +67,6 @@ def client_of(ctx: typer.Context) -> FeatureClient:
 
     connection: Connection = ctx.find_root().obj
     return FeatureClient(service_url(connection.url), connection.token)
-
-
-# The root's options, which a user may give anywhere on the line (`hsstore entries --url X`): name -> takes a value
-ROOT_OPTIONS = {"--debug": False, "--url": True, "--token": True}
-
-
-def hoist_root_options(args: list[str]) -> list[str]:
-    """`args` with the root's options (and their values) moved in front of the command, up to a `--`."""
-    hoisted: list[str] = []
-    rest: list[str] = []
-    position = 0
-    while position < len(args):
-        arg = args[position]
-        if arg == "--":
-            rest.extend(args[position:])
-            break
-        name = arg.split("=", 1)[0]
-        if name in ROOT_OPTIONS:
-            width = 2 if ROOT_OPTIONS[name] and "=" not in arg else 1
-            hoisted.extend(args[position : position + width])
-            position += width
-            continue
-        rest.append(arg)
-        position += 1
-    return hoisted + rest
 
 
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT

@@ -66,7 +66,7 @@ def test_connection_refused_names_the_url_and_how_to_set_it() -> None:
 def test_url_and_token_belong_to_the_root_and_go_anywhere_on_the_line() -> None:
     import typer.main
 
-    from hsstore.cli_options import hoist_root_options
+    from hsstore.cli_errors import hoist_root_options
 
     def commands(group: Any) -> list[Any]:  # a group's leaf commands, through its subgroups (`window open`)
         found: list[Any] = []
