@@ -31,6 +31,12 @@ def prompts(tmp_path: Path) -> Path:
     return write_jsonl(tmp_path / "prompts.jsonl", [json.dumps(p) for p in coding_prompts()[:3]])
 
 
+def _default_sigint() -> None:
+    """Ctrl-C as a terminal delivers it, whatever the runner's own disposition (a suite started from a background
+    shell has SIGINT ignored, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "hsstore.cli", *args],
@@ -39,6 +45,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
+        preexec_fn=_default_sigint,
     )
 
 
