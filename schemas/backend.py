@@ -19,7 +19,7 @@ class Backend(StrEnum):
 
 # The two kernel roles of a Gated-DeltaNet layer, and the package whose kernel is the fast one for each
 CONV, RULE = "conv", "rule"
-FAST_PACKAGE = {CONV: "causal-conv1d", RULE: "flash-linear-attention"}
+FAST_PACKAGE = {RULE: "flash-linear-attention", CONV: "causal-conv1d"}  # in the order errors name them
 FAST_ROOT = {CONV: "causal_conv1d", RULE: "fla"}  # the fast kernels' top-level module
 
 

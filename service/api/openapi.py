@@ -77,9 +77,11 @@ def _cap_token_ids(node: Any, maximum: int, inside: bool = False) -> None:
         if inside and node.get("type") == "integer":
             node["maximum"] = maximum
         for key, value in node.items():
-            _cap_token_ids(value, maximum, inside)
-            if key == "properties" and isinstance(value, dict) and "token_ids" in value:
-                _cap_token_ids(value["token_ids"], maximum, inside=True)
+            if key == "properties" and isinstance(value, dict):
+                for name, schema in value.items():
+                    _cap_token_ids(schema, maximum, inside or name == "token_ids")
+            else:
+                _cap_token_ids(value, maximum, inside)
     elif isinstance(node, list):
         for value in node:
             _cap_token_ids(value, maximum, inside)

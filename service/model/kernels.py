@@ -74,7 +74,8 @@ class KernelSet:
             raise InvalidRequest(f"unknown backend {requested!r}; one of {', '.join(BACKEND_CHOICES)}") from None
         if backend.value in available:
             return backend
-        missing = [FAST_PACKAGE[role] for role in sorted(SPECS[backend].fast, reverse=True) if not self.has_fast(role)]
+        fast = SPECS[backend].fast
+        missing = [package for role, package in FAST_PACKAGE.items() if role in fast and not self.has_fast(role)]
         if device_type != "cuda":
             reason = f"the model runs on {device_type}, and fla's kernels need a CUDA device"
         else:
