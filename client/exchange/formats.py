@@ -70,6 +70,7 @@ class ExchangeFormat(ABC):
     subclass and one row of FORMATS (and its layer convention in schemas.exchange)."""
 
     fmt: ClassVar[ExportFormat]
+    keeps_rows: ClassVar[bool] = False  # whether `finish` reads the rows (an export holds them all until then)
 
     def check(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
         """ValueError for an export the pipeline could not train on as it is (any, unless a format says)."""
@@ -84,7 +85,7 @@ class ExchangeFormat(ABC):
 
     def finish(self, out_dir: Path, rows: list[tuple[torch.Tensor, torch.Tensor]], shape: ExportShape) -> None:
         """What the trainer reads beside the files, written once they are: `rows` holds each entry's input ids and
-        loss mask, in file order."""
+        loss mask, in file order, for a format that `keeps_rows` (empty otherwise)."""
         return None
 
     def loss_masks(self, directory: Path) -> list[torch.Tensor] | None:
@@ -175,6 +176,7 @@ class Speculators(ExchangeFormat):
     has it), so the folder is exactly what that version's `load_from_disk` reads."""
 
     fmt = ExportFormat.SPECULATORS
+    keeps_rows = True
 
     def check(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
         if importlib.util.find_spec("datasets") is None:

@@ -113,7 +113,8 @@ def export(
         }
         relative = form.path(index)
         atomic_write(out_dir / relative, form.encode(input_ids, mask, hidden, provenance), durable=False)
-        rows.append((input_ids, mask))
+        if form.keeps_rows:
+            rows.append((input_ids, mask))
         entries.append(
             ExportedEntry(
                 file=relative,
