@@ -99,7 +99,7 @@ def _one_manifest_size() -> int:
 
     with tempfile.TemporaryDirectory() as root:
         services = build_services(Settings(data_dir=Path(root)))
-        manifests, _, _ = populate(services.writer, 1, 256, 5120)
+        manifests, _, _ = populate(services.recorder, 1, 256, 5120)
         stored = services.reader.resolve(manifests[0].feature_key())
         services.close()
     return len(stored.model_dump_json())

@@ -50,7 +50,7 @@ def main() -> None:
         root = Path(tempfile.mkdtemp(prefix="hsstore-direct-"))
         env = {"HSSTORE_STORE_URL": "s3://hsstore-bench/features", "HSSTORE_S3_ENDPOINT": endpoint}
         services = build_services(Settings(data_dir=root, store_url=env["HSSTORE_STORE_URL"], s3_endpoint=endpoint))
-        manifests, _, _ = populate(services.writer, args.entries, args.tokens, args.hidden)
+        manifests, _, _ = populate(services.recorder, args.entries, args.tokens, args.hidden)
         services.close()
         payload_gb = sum(m.num_tokens * (5 * args.hidden * 2 + 4) for m in manifests) / GB
         server, url = start_service(root, env)

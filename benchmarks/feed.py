@@ -2,10 +2,14 @@
 layers), delivered as collated batches (`pad_collate`) into a consumer loop, by each source in turn:
 
   anchor   the entries exported with `hsstore export --format specforge`, read back with torch.load(mmap=True) +
-           pad_collate: what a SpecForge user has (no decode, no verification)
+           pad_collate into fresh memory (`recycle=False`): what a SpecForge user has (no decode, no verification;
+           SpecForge's own collator allocates each batch afresh too, twice: each sample padded, then concatenated)
+  anchor-recycled   the same, collated into recycled memory as every other variant is (`client.host_memory`):
+           what the anchor would gain from our collate alone
   cache    the client's disk cache, every chunk verified against its write-time digest as `pad_collate` copies it
            into the batch (`fetch_sample`)
   service  `hsstore serve --processes P` over loopback (a model-less read replica), verified
+  service-uncompressed   the same over a store of the same entries written with `codec = "uncompressed"`
   direct   chunks read straight from an S3-API server (moto here, which bounds it: its own raw ranged-GET rate is
            reported beside it), verified
   gpu-*    batches landed in device memory by `DeviceFeed` behind a synthetic 100 ms step (CUDA only), from
@@ -16,11 +20,12 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
              gpu-service  the service, collated straight into pinned memory
            pinned memory is allocated before the clock starts (a trainer pays for it once, in its first batches)
 
-Every variant runs in a process of its own restricted to `n` cores (its CPU affinity; the decode pool sizes itself
-from it), with `n` threads each assembling whole batches, `n` batches ahead; the service's processes run on other
-cores where the machine has them. Rounds interleave the variants and core counts; the best round counts. Per
-variant and core count: GB/s and tokens/s delivered, client CPU-s/GB, the share of the loop spent waiting, and the
-ratio to the anchor at the same core count. The last line is the JSON record.
+Every variant runs in a process of its own, delivers its batches once untimed by the same loop (the steady state
+counts, as in a training run of thousands of batches), and is restricted to `n` cores (its CPU affinity; the decode
+pool sizes itself from it), with `n` threads each assembling whole batches, `n` batches ahead; the service's
+processes run on other cores where the machine has them. Rounds interleave the variants and core counts; the best
+round counts. Per variant and core count: GB/s and tokens/s delivered, client CPU-s/GB, the share of the loop spent
+waiting, and the ratio to the anchor at the same core count. The last line is the JSON record.
 
     python benchmarks/feed.py --quick                                   # a few minutes on 2 cores
     python benchmarks/feed.py --out benchmarks/results/feed-cpu.json
@@ -47,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GB = 1e9
 ROOT = Path(__file__).resolve().parents[1]
-CPU_VARIANTS = ("anchor", "cache", "service", "direct")
+CPU_VARIANTS = ("anchor", "anchor-recycled", "cache", "service", "service-uncompressed", "direct")
 GPU_VARIANTS = {"gpu-staged": ("cache", False), "gpu-cache": ("cache", True), "gpu-service": ("service", True)}
 CHECKED_ON_COPY = ("cache", "gpu-cache")  # `fetch_sample`: the cache's chunks checked as they are collated
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
@@ -69,8 +74,9 @@ def measure(spec: dict) -> dict:
     batch = spec["batch"]
     batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
     source_variant, pin = GPU_VARIANTS.get(variant, (variant, False))
+    recycle = variant != "anchor"
 
-    if source_variant == "anchor":
+    if source_variant.startswith("anchor"):
 
         def sample(key: FeatureKey) -> dict:
             record = torch.load(spec["files"][key.content_hash], mmap=True, weights_only=True)
@@ -81,7 +87,9 @@ def measure(spec: dict) -> dict:
     else:
         from client.torch_data import fetch_sample, to_sample
 
-        url = spec["direct_url"] if source_variant == "direct" else spec["url"]
+        url = {"direct": spec["direct_url"], "service-uncompressed": spec["uncompressed_url"]}.get(
+            source_variant, spec["url"]
+        )
         client = FeatureClient(
             url,
             max_connections=max(n, 4),
@@ -95,7 +103,7 @@ def measure(spec: dict) -> dict:
             return to_sample(client.fetch(key))
 
     def assemble(keys_of_batch: list[FeatureKey]) -> dict:
-        return pad_collate([sample(k) for k in keys_of_batch], pin_memory=pin)
+        return pad_collate([sample(k) for k in keys_of_batch], pin_memory=pin, recycle=recycle)
 
     def delivered() -> Iterator[dict]:
         with ThreadPoolExecutor(n) as pool:
@@ -107,42 +115,46 @@ def measure(spec: dict) -> dict:
             while ahead:
                 yield ahead.popleft().result()
 
-    step: Callable[[], None] = lambda: None  # noqa: E731 - the loop's own work: none, unless on a GPU
-    source: Iterator[dict] = delivered()
-    if variant in GPU_VARIANTS:
-        depth = 2
-        # torch's caching host allocator keeps freed pinned blocks: one for every batch that can be alive at once
-        # (those assembled ahead, those queued and in flight in the feed, its slots), allocated and freed here
-        longest = spec["tokens"] * spec["layers"] * spec["hidden"] * 2 * batch
-        blocks = [torch.empty(longest, dtype=torch.uint8, pin_memory=True) for _ in range(n + 2 * depth + 3)]
-        del blocks
-        source = iter(DeviceFeed(delivered(), "cuda", depth=depth))
-        cycles = _cycles_per_ms() * spec["step_ms"]
+    def consume(source: Iterator[dict], step: Callable[[], None]) -> dict:
+        payload, tokens, waited = 0, 0, 0.0
+        cpu, start = time.process_time(), time.perf_counter()
+        for keys_of_batch in batches:
+            asked = time.perf_counter()
+            got = next(source)
+            waited += time.perf_counter() - asked
+            hidden = got["hidden_states"]
+            if got["content_hash"] != [k.content_hash for k in keys_of_batch]:
+                raise SystemExit(f"{variant}: a batch of other entries than asked for")
+            payload += sum(int(length) * (hidden[0, 0].numel() * 2 + 8) for length in got["lengths"])
+            tokens += int(got["lengths"].sum())
+            step()
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        return {
+            "gbs": payload / GB / elapsed,
+            "tok_s": tokens / elapsed,
+            "cpu_s_per_gb": cpu / (payload / GB),
+            "wait_share": waited / elapsed,
+            "mean_wait_ms": waited / len(batches) * 1000,
+        }
 
-        def step() -> None:
-            torch.cuda._sleep(int(cycles))
-            torch.cuda.current_stream().synchronize()
+    # every batch delivered once before the clock, by the same loop: a training run lives in its steady state,
+    # where only its first batches meet fresh memory
+    consume(delivered(), lambda: None)
+    if variant not in GPU_VARIANTS:
+        return consume(delivered(), lambda: None)
+    depth = 2
+    # torch's caching host allocator keeps freed pinned blocks: one for every batch that can be alive at once
+    # (those assembled ahead, those queued and in flight in the feed, its slots), allocated and freed here
+    longest = spec["tokens"] * spec["layers"] * spec["hidden"] * 2 * batch
+    blocks = [torch.empty(longest, dtype=torch.uint8, pin_memory=True) for _ in range(n + 2 * depth + 3)]
+    del blocks
+    cycles = _cycles_per_ms() * spec["step_ms"]
 
-    payload, tokens, waited = 0, 0, 0.0
-    cpu, start = time.process_time(), time.perf_counter()
-    for keys_of_batch in batches:
-        asked = time.perf_counter()
-        got = next(source)
-        waited += time.perf_counter() - asked
-        hidden = got["hidden_states"]
-        if got["content_hash"] != [k.content_hash for k in keys_of_batch]:
-            raise SystemExit(f"{variant}: a batch of other entries than asked for")
-        payload += sum(int(length) * (hidden[0, 0].numel() * 2 + 8) for length in got["lengths"])
-        tokens += int(got["lengths"].sum())
-        step()
-    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-    return {
-        "gbs": payload / GB / elapsed,
-        "tok_s": tokens / elapsed,
-        "cpu_s_per_gb": cpu / (payload / GB),
-        "wait_share": waited / elapsed,
-        "mean_wait_ms": waited / len(batches) * 1000,
-    }
+    def step() -> None:
+        torch.cuda._sleep(int(cycles))
+        torch.cuda.current_stream().synchronize()
+
+    return consume(iter(DeviceFeed(delivered(), "cuda", depth=depth)), step)
 
 
 def _cycles_per_ms() -> float:
@@ -172,6 +184,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--step-ms", type=float, default=100.0, help="the synthetic step of the gpu variant")
     parser.add_argument("--gpu-batch", type=int, default=8, help="entries per batch of the gpu variant")
+    parser.add_argument("--variants", help="a comma-separated subset (default: every one this machine can run)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.measure:
@@ -183,6 +196,7 @@ def main() -> None:
 
     from benchmarks.serve import populate, start_service
     from client import FeatureClient
+    from schemas.codecs import StoreCodec
     from service.main import build_services
     from service.settings import Settings
 
@@ -195,7 +209,7 @@ def main() -> None:
     try:
         root = work / "store"
         services = build_services(Settings(data_dir=root))
-        manifests, _, _ = populate(services.writer, args.entries, args.tokens, args.hidden)
+        manifests, _, _ = populate(services.recorder, args.entries, args.tokens, args.hidden)
         services.close()
         server, url = start_service(root, {}, args.server_processes, spare)
         processes.append(server)
@@ -208,6 +222,12 @@ def main() -> None:
         )
         index = json.loads((anchor / "hsstore_export.json").read_text())
         files = {e["content_hash"]: str(anchor / e["file"]) for e in index["entries"]}
+        plain = work / "uncompressed"
+        services = build_services(Settings(data_dir=plain, codec=StoreCodec.UNCOMPRESSED))
+        populate(services.recorder, args.entries, args.tokens, args.hidden)  # the same entries, bit for bit
+        services.close()
+        server, uncompressed_url = start_service(plain, {}, args.server_processes, spare)
+        processes.append(server)
         with FeatureClient(url, cache=work / "cache") as warm:  # fills the cache: epoch 2 onwards reads it
             warm.get_many([m.feature_key() for m in manifests])
 
@@ -219,6 +239,7 @@ def main() -> None:
             "files": files,
             "url": url,
             "direct_url": direct_url,
+            "uncompressed_url": uncompressed_url,
             "cache_dir": str(work / "cache"),
             "batch": args.batch,
             "layers": 5,
@@ -229,6 +250,8 @@ def main() -> None:
         variants = [v for v in CPU_VARIANTS if v != "direct" or has_moto] + (
             list(GPU_VARIANTS) if torch.cuda.is_available() else []
         )
+        if args.variants:
+            variants = [v for v in variants if v in args.variants.split(",") or v == "anchor"]
         best: dict[str, dict[int, dict]] = {v: {} for v in variants}
         for _ in range(args.rounds):
             for n in counts:
@@ -241,7 +264,7 @@ def main() -> None:
                     figures = _run({**spec, "variant": variant, "cores": n, "keys": entries, "batch": batch})
                     if n not in best[variant] or figures["gbs"] > best[variant][n]["gbs"]:
                         best[variant][n] = figures
-                    print(f"{variant:<8} {n:>2} cores {figures['gbs']:6.2f} GB/s", file=sys.stderr)
+                    print(f"{variant:<22} {n:>2} cores {figures['gbs']:6.2f} GB/s", file=sys.stderr)
     finally:
         for process in processes:
             process.terminate()
@@ -270,7 +293,7 @@ def _direct(work: Path, args, cores: list[int], processes: list) -> tuple[str, f
     env = {"HSSTORE_STORE_URL": "s3://hsstore-feed/features", "HSSTORE_S3_ENDPOINT": endpoint}
     root = work / "direct"
     services = build_services(Settings(data_dir=root, store_url=env["HSSTORE_STORE_URL"], s3_endpoint=endpoint))
-    populate(services.writer, args.direct_entries, args.tokens, args.hidden)
+    populate(services.recorder, args.direct_entries, args.tokens, args.hidden)
     services.close()
     server, url = start_service(root, env, 1, cores)
     processes.append(server)
@@ -341,11 +364,12 @@ def _record(args, best: dict[str, dict[int, dict]], counts: list[int], moto_raw:
 
 
 def _print(record: dict) -> None:
-    print(f"{'variant':<8}{'best GB/s':>10}{'cores':>6}{'tok/s':>10}{'CPU-s/GB':>9}{'wait':>6}{'x anchor':>9}  scaling")
+    heads = f"{'best GB/s':>10}{'cores':>6}{'tok/s':>10}{'CPU-s/GB':>9}{'wait':>6}{'x anchor':>9}"
+    print(f"{'variant':<22}{heads}  scaling")
     for name, v in record["variants"].items():
         scaling = " ".join(f"{n}:{g:.2f}" for n, g in v["scaling"].items())
         print(
-            f"{name:<8}{v['gbs']:>10.2f}{v['cores']:>6}{v['tok_s']:>10,.0f}{v['cpu_s_per_gb']:>9.2f}"
+            f"{name:<22}{v['gbs']:>10.2f}{v['cores']:>6}{v['tok_s']:>10,.0f}{v['cpu_s_per_gb']:>9.2f}"
             f"{v['wait_share']:>6.0%}{v['over_anchor']:>9.2f}  {scaling}"
         )
 

@@ -42,7 +42,7 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="hsstore-loader-"))
     services = build_services(Settings(data_dir=root))
-    populate(services.writer, args.entries, args.tokens, args.hidden)
+    populate(services.recorder, args.entries, args.tokens, args.hidden)
     services.close()
     server, url = start_service(root)
     try:

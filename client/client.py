@@ -18,7 +18,7 @@ from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
-from client.receive import BufferPool, Verify, decode_any, receive_chunks
+from client.receive import Verify, decode_any, receive_chunks
 from client.transport import Transport, batch_error
 from schemas import chunk_wire, datasets, wire
 from schemas.api import (
@@ -96,7 +96,6 @@ class FeatureClient:
         self._max_connections = max_connections
         self.wire_format = wire_format
         self.verify = verify
-        self._buffers = BufferPool(keep=max_connections)
         accepted = (
             [chunk_wire.MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE] if wire_format == "chunks" else [SAFETENSORS_MEDIA_TYPE]
         )
@@ -170,7 +169,7 @@ class FeatureClient:
         with self._transport.stream("GET", path, params=params, headers=self._accept) as body:
             length = content_length(body)
             if _is_chunks(body) and length is not None:
-                return self._kept(receive_chunks(body, length, self._buffers, self.verify))
+                return self._kept(receive_chunks(body, length, self.verify))
             return self._kept(decode_any(read_all(body), _is_chunks(body), self.verify))
 
     def get_many(self, keys: Sequence[KeyLike]) -> list[Features]:
@@ -229,7 +228,7 @@ class FeatureClient:
                     if kind == wire.ERROR:
                         raise batch_error(index, item, memoryview(read_exactly(frame, length)))
                     if kind == wire.CHUNKS:
-                        features = self._kept(receive_chunks(frame, length, self._buffers, self.verify))
+                        features = self._kept(receive_chunks(frame, length, self.verify))
                     elif kind == wire.FEATURES:
                         features = self._kept(decode_verified(read_exactly(frame, length)))
                     else:

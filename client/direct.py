@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from client.bodies import Connections, at_end, fill, read_all
 from client.errors import IntegrityError
 from client.features import Features
+from client.host_memory import HOST_MEMORY
 from client.receive import ChunkDecoder, Verify
 from schemas.chunk_wire import DirectEntry
 from schemas.manifest import Manifest
@@ -40,8 +41,7 @@ def read_direct(entry: DirectEntry, objects: Connections, pool: ThreadPoolExecut
         header.checked(manifest)
     except (ValueError, WireFormatError) as exc:
         raise IntegrityError(f"malformed direct-read answer: {exc}") from None
-    buffer = bytearray(header.data_bytes)
-    view = memoryview(buffer)
+    view = memoryview(HOST_MEMORY.take(header.data_bytes))
 
     def fetch(run: tuple[str, int, int, int]) -> None:
         """One ranged GET, streamed into its place in the buffer (no joined copy of the response)."""

@@ -1,7 +1,7 @@
 """Receiving features bodies: the chunk wire format decoded and verified while it arrives, safetensors as before.
 
-A chunk body is received into a reused buffer (no fresh zero-filled buffer per read: the decoded arrays are new, the
-received bytes are not kept), and each chunk is handed to a thread pool as soon as its last byte is in: there its
+A chunk body is received into recycled host memory (`client.host_memory`: no page faults and zero-fill per read),
+as are the arrays it decodes into, and each chunk is handed to a thread pool as soon as its last byte is in: there its
 crc32c is checked, blosc decodes it into a per-thread scratch block, the block is checked against the digest
 recorded when it was written, and the part of it the read selected is copied into place. blosc, blake3, crc32c and
 numpy's copies release the GIL, so the pool decodes on every core while the receiving thread reads the socket.
@@ -23,6 +23,7 @@ from numcodecs import Blosc
 from client.bodies import Body, fill
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
+from client.host_memory import HOST_MEMORY
 from schemas import chunk_wire
 from schemas.chunks import ChunkDigests, as_positions, crc_ok, entry_digest, grid, touched, unflatten
 from schemas.content_hash import content_hash
@@ -56,33 +57,6 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-class BufferPool:
-    """Receive buffers handed back after each chunk body is decoded, so a big body does not cost a fresh
-    allocation (and the kernel's zero-filling of every page) per read. Keeps at most `keep` buffers."""
-
-    def __init__(self, keep: int = 4) -> None:
-        self.keep = keep
-        self._free: list[np.ndarray] = []
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-
-    def take(self, size: int) -> np.ndarray:
-        if self._pid != os.getpid():  # forked: the lock may have been held by a thread the child does not have
-            self._lock, self._free, self._pid = threading.Lock(), [], os.getpid()
-        with self._lock:
-            fitting = [i for i, b in enumerate(self._free) if b.nbytes >= size]
-            if fitting:
-                return self._free.pop(min(fitting, key=lambda i: self._free[i].nbytes))
-        # not bytearray(size): it zero-fills under the GIL (25% of a 12-thread read's GIL-held time on the GPU
-        # host); numpy's fresh pages are zeroed by the kernel as the socket writes them, with the GIL released
-        return np.empty(size, dtype=np.uint8)
-
-    def give(self, buffer: np.ndarray) -> None:
-        with self._lock:
-            if len(self._free) < self.keep:
-                self._free.append(buffer)
-
-
 class _Array:
     """One array being assembled: its output, and per dimension where each touched chunk's positions go."""
 
@@ -92,7 +66,8 @@ class _Array:
         self.dtype = np.dtype(DTYPES[sent.dtype][1])
         self.grid = grid(sent.shape, sent.chunk)
         self.nbytes = prod(sent.chunk) * self.dtype.itemsize
-        self.out = np.empty(sent.served_shape(), dtype=self.dtype)
+        shape = sent.served_shape()
+        self.out = HOST_MEMORY.take(prod(shape) * self.dtype.itemsize).view(self.dtype).reshape(shape)
         self.places = [{c: (src, dst) for c, src, dst in dim} for dim in touched(sent.wanted(), sent.chunk)]
 
     def decode(self, at: int, frame: memoryview) -> None:
@@ -197,16 +172,16 @@ def decode_chunks(body: bytes | bytearray | memoryview, verify: Verify = "chunks
     return ChunkDecoder(view, verify).finish(view.nbytes)
 
 
-def receive_chunks(body: Body, length: int, pool: BufferPool, verify: Verify = "chunks") -> Features:
-    """Receive a chunk body of `length` bytes from `body`, decoding it as it arrives."""
-    buffer = pool.take(length)
-    view = memoryview(buffer)[:length]
+def receive_chunks(body: Body, length: int, verify: Verify = "chunks") -> Features:
+    """Receive a chunk body of `length` bytes from `body`, decoding it as it arrives. The body lands in recycled
+    memory (not bytearray(length): it zero-fills under the GIL, 25% of a 12-thread read's GIL-held time on the GPU
+    host), which no decode still running can lose: each holds a view of it."""
+    view = memoryview(HOST_MEMORY.take(length))
     decoder = ChunkDecoder(view, verify)
     try:
         return decoder.finish(fill(view, body, decoder.feed))
     finally:
         decoder.wait()
-        pool.give(buffer)
 
 
 class CheckedCopy:

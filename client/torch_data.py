@@ -7,6 +7,7 @@ against its hash before it is yielded, and with `cache_dir` a second epoch is se
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import deque
@@ -23,6 +24,7 @@ from client.cache import FeatureCache
 from client.client import FeatureClient
 from client.errors import StoreUnavailableError
 from client.features import Features
+from client.host_memory import HOST_MEMORY
 from client.keys import KeyLike, batch_item
 from client.receive import CheckedCopy
 from schemas.api import BatchItem
@@ -249,7 +251,7 @@ def _per_token(samples: list[Sample], name: str) -> list[torch.Tensor] | None:
     raise ValueError(f"{len(missing)} of {len(samples)} entries lack {name} (e.g. {missing[0]}): batch one featureset")
 
 
-def pad_collate(samples: list[Sample], pin_memory: bool = False) -> dict[str, Any]:
+def pad_collate(samples: list[Sample], pin_memory: bool = False, recycle: bool = True) -> dict[str, Any]:
     """Right-pad to the longest: hidden_states [B, T, L, H], input_ids/loss_mask/target_ids [B, T], attention_mask,
     and for a top-k featureset topk_ids/topk_logprobs [B, T, k] and topk_mass [B, T]; an fp8 featureset read with
     `dequantise=False` has float8 hidden_states and hidden_scales [B, T, L]. Pads are 0 everywhere
@@ -258,14 +260,17 @@ def pad_collate(samples: list[Sample], pin_memory: bool = False) -> dict[str, An
     `pin_memory`: the batch is collated straight into pinned memory (torch's caching host allocator, so its pages
     are reused from batch to batch, not faulted in afresh), from which `DeviceFeed` copies it to the GPU as it is:
     one copy of the features on the host instead of a collate and then a staging copy. Needs CUDA; use it in
-    threads, not in a DataLoader's worker processes (pinned memory does not cross processes)."""
+    threads, not in a DataLoader's worker processes (pinned memory does not cross processes).
+
+    `recycle`: otherwise the hidden states land in memory of an earlier batch that nothing refers to any more
+    (`client.host_memory`), not in fresh pages the kernel faults in and zeroes first."""
     lengths = [s["input_ids"].shape[0] for s in samples]
     longest = max(lengths)
     first = samples[0]["hidden_states"]
     dtype = TORCH_DTYPES[first.dtype] if isinstance(first, CheckedCopy) else first.dtype
     # not zeros: zero-filling the whole batch costs a pass over it (torch.zeros ran at 1.4 GB/s per core on the GPU
     # host, half the loader's time); only the pads are zeroed, below
-    hidden = torch.empty((len(samples), longest, *first.shape[1:]), dtype=dtype, pin_memory=pin_memory)
+    hidden = _batch_memory((len(samples), longest, *first.shape[1:]), dtype, pin_memory, recycle)
     batch: dict[str, Any] = {
         "hidden_states": hidden,
         "input_ids": torch.zeros((len(samples), longest), dtype=torch.long, pin_memory=pin_memory),
@@ -293,6 +298,13 @@ def pad_collate(samples: list[Sample], pin_memory: bool = False) -> dict[str, An
     for source, checks in copying:
         source.finish(checks)
     return batch
+
+
+def _batch_memory(shape: tuple[int, ...], dtype: torch.dtype, pin_memory: bool, recycle: bool) -> torch.Tensor:
+    if pin_memory or not recycle:
+        return torch.empty(shape, dtype=dtype, pin_memory=pin_memory)
+    nbytes = math.prod(shape) * dtype.itemsize
+    return torch.from_numpy(HOST_MEMORY.take(nbytes)).view(dtype).view(shape)
 
 
 def pack_collate(samples: list[Sample]) -> dict[str, Any]:

@@ -13,6 +13,9 @@ class StoreCodec(StrEnum):
     LZ4_BITSHUFFLE = "lz4-bitshuffle"
     # byte-shuffle + zstd level 1: 1.29x, decodes at 0.44 GB/s per thread; the default before the measurement
     ZSTD1_SHUFFLE = "zstd1-shuffle"
+    # no compression (blosc level 0: each frame a header and a memcpy): for a store that feeds trainers from local
+    # disk, where decoding costs a reader more than the 1.25x of disk it saves (`benchmarks/feed.py`)
+    UNCOMPRESSED = "uncompressed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +28,7 @@ class BloscParams:
 BLOSC: dict[StoreCodec, BloscParams] = {
     StoreCodec.LZ4_BITSHUFFLE: BloscParams("lz4", 5, "bitshuffle"),
     StoreCodec.ZSTD1_SHUFFLE: BloscParams("zstd", 1, "shuffle"),
+    StoreCodec.UNCOMPRESSED: BloscParams("lz4", 0, "noshuffle"),
 }
 DEFAULT_CODEC = StoreCodec.LZ4_BITSHUFFLE
 # What each codec gave on the 27B target's entries, per featureset dtype (bf16: benchmarks/results/codecs-h200.json;
@@ -34,4 +38,7 @@ MEASURED_RATIO: dict[tuple[StoreCodec, str], float] = {
     (StoreCodec.LZ4_BITSHUFFLE, "bfloat16"): 1.246,
     (StoreCodec.ZSTD1_SHUFFLE, "bfloat16"): 1.290,
     (StoreCodec.LZ4_BITSHUFFLE, "float8_e4m3fn"): 1.079,
+    # not a measurement but the definition: every chunk stored as it is, behind blosc's 16-byte header
+    (StoreCodec.UNCOMPRESSED, "bfloat16"): 1.0,
+    (StoreCodec.UNCOMPRESSED, "float8_e4m3fn"): 1.0,
 }
