@@ -8,8 +8,11 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
            what the anchor would gain from our collate alone
   cache    the client's disk cache, every chunk verified against its write-time digest as `pad_collate` copies it
            into the batch (`fetch_sample`)
-  service  `hsstore serve --processes P` over loopback (a model-less read replica), verified
-  service-uncompressed   the same over a store of the same entries written with `codec = "uncompressed"`
+  service  `hsstore serve --processes P` over loopback (a model-less read replica), verified, each chunk decoded
+           straight into the batch (`fetch_sample`)
+  service-per-entry   the same, each entry decoded into an array of its own and then collated (`client.fetch`):
+           the path before
+  service-uncompressed   the service over a store of the same entries written with `codec = "uncompressed"`
   direct   chunks read straight from an S3-API server (moto here, which bounds it: its own raw ranged-GET rate is
            reported beside it), verified
   gpu-*    batches landed in device memory by `DeviceFeed` behind a synthetic 100 ms step (CUDA only), from
@@ -20,12 +23,14 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
              gpu-service  the service, collated straight into pinned memory
            pinned memory is allocated before the clock starts (a trainer pays for it once, in its first batches)
 
-Every variant runs in a process of its own, delivers its batches once untimed by the same loop (the steady state
-counts, as in a training run of thousands of batches), and is restricted to `n` cores (its CPU affinity; the decode
-pool sizes itself from it), with `n` threads each assembling whole batches, `n` batches ahead; the service's
-processes run on other cores where the machine has them. Rounds interleave the variants and core counts; the best
-round counts. Per variant and core count: GB/s and tokens/s delivered, client CPU-s/GB, the share of the loop spent
-waiting, and the ratio to the anchor at the same core count. The last line is the JSON record.
+Every variant runs in a process of its own, restricted to `n` cores (its CPU affinity; the decode pool sizes itself
+from it), with `n` threads each assembling whole batches, `n` batches ahead; the service's processes run on other
+cores where the machine has them. Each delivers its batches three times over in one stream and times the second
+pass, from the arrival of the first pass's last batch to that of its own last: the sustained rate of a training run
+of thousands of batches (the pipeline full at both ends, its memory recycled), with neither the fill nor the drain
+of a short run. Rounds interleave the variants and core counts; the best round counts. Per variant and core count:
+GB/s and tokens/s delivered, client CPU-s/GB, the share of the loop spent waiting, and the ratio to the anchor at
+the same core count. The last line is the JSON record.
 
     python benchmarks/feed.py --quick                                   # a few minutes on 2 cores
     python benchmarks/feed.py --out benchmarks/results/feed-cpu.json
@@ -52,9 +57,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GB = 1e9
 ROOT = Path(__file__).resolve().parents[1]
-CPU_VARIANTS = ("anchor", "anchor-recycled", "cache", "service", "service-uncompressed", "direct")
+CPU_VARIANTS = ("anchor", "anchor-recycled", "cache", "service", "service-per-entry", "service-uncompressed", "direct")
 GPU_VARIANTS = {"gpu-staged": ("cache", False), "gpu-cache": ("cache", True), "gpu-service": ("service", True)}
-CHECKED_ON_COPY = ("cache", "gpu-cache")  # `fetch_sample`: the cache's chunks checked as they are collated
+PER_ENTRY = ("service-per-entry", "gpu-staged")  # decoded and checked into arrays of their own, then collated
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
 
 
@@ -98,37 +103,54 @@ def measure(spec: dict) -> dict:
         )
 
         def sample(key: FeatureKey) -> dict:
-            if spec["variant"] in CHECKED_ON_COPY:  # hidden states checked as pad_collate copies them
-                return fetch_sample(client, key)
-            return to_sample(client.fetch(key))
+            if spec["variant"] in PER_ENTRY:
+                return to_sample(client.fetch(key))
+            return fetch_sample(client, key)  # hidden states checked as pad_collate copies them in
 
     def assemble(keys_of_batch: list[FeatureKey]) -> dict:
         return pad_collate([sample(k) for k in keys_of_batch], pin_memory=pin, recycle=recycle)
 
+    # one stream: a warm-up (a pass, and at least the pipeline's depth and two: what fills the memory it recycles),
+    # then the timed pass, then the pipeline's depth more so that it stays full. The clock runs from the arrival of
+    # the warm-up's last batch to that of the timed pass's last, so the work in flight when it starts is the work in
+    # flight when it stops: the sustained rate, no fill and no drain of a short run
+    warm = max(len(batches), n + 2)
+    stream = [batches[i % len(batches)] for i in range(warm + len(batches) + n)]
+    first, last = warm - 1, warm + len(batches) - 1
+
     def delivered() -> Iterator[dict]:
-        with ThreadPoolExecutor(n) as pool:
+        pool = ThreadPoolExecutor(n)
+        try:
             ahead: deque[Future[dict]] = deque()
-            for keys_of_batch in batches:
+            for keys_of_batch in stream:
                 ahead.append(pool.submit(assemble, keys_of_batch))
                 if len(ahead) >= n:
                     yield ahead.popleft().result()
             while ahead:
                 yield ahead.popleft().result()
+        finally:
+            pool.shutdown(cancel_futures=True)
 
     def consume(source: Iterator[dict], step: Callable[[], None]) -> dict:
-        payload, tokens, waited = 0, 0, 0.0
-        cpu, start = time.process_time(), time.perf_counter()
-        for keys_of_batch in batches:
+        payload, tokens, waited, cpu, start = 0, 0, 0.0, 0.0, 0.0
+        for index, keys_of_batch in enumerate(stream[: last + 1]):
             asked = time.perf_counter()
             got = next(source)
-            waited += time.perf_counter() - asked
-            hidden = got["hidden_states"]
-            if got["content_hash"] != [k.content_hash for k in keys_of_batch]:
-                raise SystemExit(f"{variant}: a batch of other entries than asked for")
-            payload += sum(int(length) * (hidden[0, 0].numel() * 2 + 8) for length in got["lengths"])
-            tokens += int(got["lengths"].sum())
+            arrived = time.perf_counter()
+            if index > first:
+                waited += arrived - asked
+                hidden = got["hidden_states"]
+                if got["content_hash"] != [k.content_hash for k in keys_of_batch]:
+                    raise SystemExit(f"{variant}: a batch of other entries than asked for")
+                payload += sum(int(length) * (hidden[0, 0].numel() * 2 + 8) for length in got["lengths"])
+                tokens += int(got["lengths"].sum())
+            if index == first:
+                cpu, start = time.process_time(), arrived
+            if index == last:
+                elapsed, cpu = arrived - start, time.process_time() - cpu
+                break
             step()
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+        source.close()  # type: ignore[attr-defined]
         return {
             "gbs": payload / GB / elapsed,
             "tok_s": tokens / elapsed,
@@ -137,9 +159,6 @@ def measure(spec: dict) -> dict:
             "mean_wait_ms": waited / len(batches) * 1000,
         }
 
-    # every batch delivered once before the clock, by the same loop: a training run lives in its steady state,
-    # where only its first batches meet fresh memory
-    consume(delivered(), lambda: None)
     if variant not in GPU_VARIANTS:
         return consume(delivered(), lambda: None)
     depth = 2
@@ -259,8 +278,8 @@ def main() -> None:
                     entries, batch = keys, args.batch
                     if variant == "direct":
                         entries = keys[: args.direct_entries]
-                    if variant in GPU_VARIANTS:  # bigger batches, 3 epochs: 100 ms steps would bound 4 entries each
-                        entries, batch = keys * 3, args.gpu_batch
+                    if variant in GPU_VARIANTS:  # bigger batches: 100 ms steps would bound 4 entries each
+                        batch = args.gpu_batch
                     figures = _run({**spec, "variant": variant, "cores": n, "keys": entries, "batch": batch})
                     if n not in best[variant] or figures["gbs"] > best[variant][n]["gbs"]:
                         best[variant][n] = figures

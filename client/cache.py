@@ -21,9 +21,9 @@ import mmap
 import os
 from pathlib import Path
 
+from client.chunk_checks import CheckedCopy, verify_decoded
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
-from client.receive import CheckedCopy, verify_decoded
 from schemas import datasets, wire
 from schemas.datasets import DatasetIndex
 from schemas.files import atomic_write

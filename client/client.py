@@ -14,11 +14,12 @@ import httpx
 
 from client.bodies import Body, Connections, Exactly, at_end, content_length, read_all, read_exactly
 from client.cache import FeatureCache
+from client.chunk_checks import DeferredCopy
 from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
-from client.receive import Verify, decode_any, receive_chunks
+from client.receive import Verify, decode_any, receive_chunks, receive_for_copy
 from client.transport import Transport, batch_error
 from schemas import chunk_wire, datasets, wire
 from schemas.api import (
@@ -171,6 +172,24 @@ class FeatureClient:
             if _is_chunks(body) and length is not None:
                 return self._kept(receive_chunks(body, length, self.verify))
             return self._kept(decode_any(read_all(body), _is_chunks(body), self.verify))
+
+    def fetch_for_copy(self, key: FeatureKey, name: str) -> tuple[Features, DeferredCopy | None]:
+        """A whole entry with its tensor `name` handed over as a `DeferredCopy` (checked chunk by chunk as it is
+        copied out, which `pad_collate` does) and left out of the features' tensors; the copy is None where the
+        entry came decoded whole (an fp8 entry, a safetensors body, direct reads, `verify="full"`, and every read
+        of a client with a cache that has not got it yet: the cache keeps whole entries)."""
+        if self.cache is not None and key.content_hash is not None:
+            found = self.cache.get_for_copy(key.content_hash, name)
+            if found is not None:
+                return found
+        if self.cache is not None or self.direct_reads or self.verify != "chunks":
+            return self.fetch(key), None
+        path = f"/v1/features/{key.prompt_hash}"
+        with self._transport.stream("GET", path, params=key.params(), headers=self._accept) as body:
+            length = content_length(body)
+            if _is_chunks(body) and length is not None:
+                return receive_for_copy(body, length, name)
+            return decode_any(read_all(body), _is_chunks(body), self.verify), None
 
     def get_many(self, keys: Sequence[KeyLike]) -> list[Features]:
         """Every key fetched in parallel over the connection pool; results in order."""

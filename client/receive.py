@@ -9,11 +9,8 @@ numpy's copies release the GIL, so the pool decodes on every core while the rece
 
 from __future__ import annotations
 
-import os
 import struct
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from math import prod
 from typing import Literal
 
@@ -21,56 +18,42 @@ import numpy as np
 from numcodecs import Blosc
 
 from client.bodies import Body, fill
+from client.chunk_checks import DeferredCopy
+from client.decode_pool import decoders, scratch_block
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.host_memory import HOST_MEMORY
 from schemas import chunk_wire
-from schemas.chunks import ChunkDigests, as_positions, crc_ok, entry_digest, grid, touched, unflatten
+from schemas.chunks import ChunkDigests, as_positions, crc_ok, grid, touched, unflatten
 from schemas.content_hash import content_hash
-from schemas.manifest import Manifest
+from schemas.manifest import HIDDEN_SCALES, Manifest
 from schemas.tensors import DTYPES, RawTensor
 from schemas.wire import WireFormatError
 
 Verify = Literal["chunks", "full"]
-_POOL: ThreadPoolExecutor | None = None
-_scratch = threading.local()
 _BLOSC = Blosc()
 _BLOSC_HEADER = struct.Struct("<III")
-
-
-def _decoders() -> ThreadPoolExecutor:
-    """The decode pool, made on first use in each process (a DataLoader worker forked from a process that had one
-    inherits its object but none of its threads): a thread per core this process may run on (its affinity, which
-    a container's or a job scheduler's CPU set narrows; not the machine's count)."""
-    global _POOL
-    if _POOL is None:
-        cores = len(os.sched_getaffinity(0))
-        _POOL = ThreadPoolExecutor(max_workers=max(2, cores), thread_name_prefix="hsstore-decode")
-    return _POOL
-
-
-def _forget_pool() -> None:
-    global _POOL
-    _POOL = None
-
-
-os.register_at_fork(after_in_child=_forget_pool)
+_MEMCPYED = 0x02  # blosc's flag for a frame that holds its chunk as it is
 
 
 class _Array:
     """One array being assembled: its output, and per dimension where each touched chunk's positions go."""
 
-    def __init__(self, sent: chunk_wire.SentArray, digests: ChunkDigests) -> None:
+    def __init__(self, sent: chunk_wire.SentArray, digests: ChunkDigests, deferred: bool = False) -> None:
         self.sent = sent
         self.digests = digests
         self.dtype = np.dtype(DTYPES[sent.dtype][1])
         self.grid = grid(sent.shape, sent.chunk)
         self.nbytes = prod(sent.chunk) * self.dtype.itemsize
-        shape = sent.served_shape()
-        self.out = HOST_MEMORY.take(prod(shape) * self.dtype.itemsize).view(self.dtype).reshape(shape)
+        self.shape = sent.served_shape()
+        self.out = None if deferred else HOST_MEMORY.take(prod(self.shape) * self.dtype.itemsize)
+        if self.out is not None:
+            self.out = self.out.view(self.dtype).reshape(self.shape)
         self.places = [{c: (src, dst) for c, src, dst in dim} for dim in touched(sent.wanted(), sent.chunk)]
 
-    def decode(self, at: int, frame: memoryview) -> None:
+    def decode(self, at: int, frame: memoryview, out: np.ndarray | None = None) -> None:
+        """Check chunk `at` and copy the part of it the read selected into `out` (else the array's own)."""
+        out = self.out if out is None else out
         if not crc_ok(frame):
             raise IntegrityError(f"{self.sent.name}: chunk {at} fails its crc32c")
         payload = frame[:-4]
@@ -78,26 +61,52 @@ class _Array:
         nbytes, _, cbytes = _BLOSC_HEADER.unpack_from(payload, 4) if payload.nbytes >= 16 else (-1, -1, -1)
         if nbytes != self.nbytes or cbytes != payload.nbytes:
             raise IntegrityError(f"{self.sent.name}: chunk {at} is not a blosc frame of one chunk")
-        block = _scratch_block(self.nbytes)
-        _BLOSC.decode(payload, out=block)
-        typed = block.view(self.dtype).reshape(self.sent.chunk)
+        if payload[2] & _MEMCPYED and cbytes == nbytes + 16:
+            # stored as it is (codec "uncompressed", or a chunk blosc could not shrink): checked where it lies,
+            # not copied into a scratch first
+            typed = np.frombuffer(payload[16:], dtype=self.dtype).reshape(self.sent.chunk)
+        else:
+            block = scratch_block(self.nbytes)
+            _BLOSC.decode(payload, out=block)
+            typed = block.view(self.dtype).reshape(self.sent.chunk)
         if not self.digests.matches(at, typed):
             raise IntegrityError(f"{self.sent.name}: chunk {at} differs from what was written")
         coords = unflatten(at, self.grid)
         src = tuple(self.places[d][c][0] for d, c in enumerate(coords))
         dst = tuple(self.places[d][c][1] for d, c in enumerate(coords))
         if all(isinstance(i, slice) for i in (*src, *dst)):
-            self.out[dst] = typed[src]
+            out[dst] = typed[src]
         else:
-            self.out[np.ix_(*map(as_positions, dst))] = typed[np.ix_(*map(as_positions, src))]
+            out[np.ix_(*map(as_positions, dst))] = typed[np.ix_(*map(as_positions, src))]
+
+
+class ReceivedCopy(DeferredCopy):
+    """A received tensor left in its chunk frames: `start_copy` checks and decodes each chunk straight into the
+    batch, so it has no array of its own and is not copied a second time. It holds the body's buffer until dropped."""
+
+    def __init__(self, array: _Array, frames: list[tuple[int, memoryview]]) -> None:
+        self.name, self.dtype, self.shape = array.sent.name, array.sent.dtype, array.shape
+        self._array, self._frames = array, frames
+
+    def start_copy(self, out: np.ndarray) -> list[Future[None]]:
+        self._fits(out, self._array.dtype)
+        return [decoders().submit(self._array.decode, at, frame, out) for at, frame in self._frames]
+
+    def finish(self, copying: list[Future[None]]) -> None:
+        failures = [future.exception() for future in copying]  # every chunk ended before any is reported
+        for failure in failures:
+            if failure is not None:
+                raise failure
 
 
 class ChunkDecoder:
     """Decodes one chunk body while it arrives in `buffer`: call `feed(filled)` as bytes land, then `finish`."""
 
-    def __init__(self, buffer: memoryview, verify: Verify = "chunks") -> None:
+    def __init__(self, buffer: memoryview, verify: Verify = "chunks", defer: str | None = None) -> None:
         self.buffer = buffer
         self.verify = verify
+        self.defer = defer  # an array left in its frames for a `ReceivedCopy` (a full read's, checked by chunks)
+        self._deferred: tuple[_Array, list[tuple[int, int, int]]] | None = None
         self.header: chunk_wire.ChunkHeader | None = None
         self.manifest: Manifest | None = None
         self._start = 0
@@ -117,7 +126,7 @@ class ChunkDecoder:
             start = self._start + offset
             if start + length > filled:
                 return
-            self._futures.append(_decoders().submit(array.decode, at, self.buffer[start : start + length]))
+            self._futures.append(decoders().submit(array.decode, at, self.buffer[start : start + length]))
             self._next += 1
 
     @classmethod
@@ -139,10 +148,17 @@ class ChunkDecoder:
 
     def _begin(self, header: chunk_wire.ChunkHeader, manifest: Manifest, start: int) -> None:
         self.header, self.manifest, self._start = header, manifest, start
+        # not an fp8 entry's hidden states: they are dequantised with their scales, not copied as they are
+        deferrable = self.verify == "chunks" and header.full and HIDDEN_SCALES not in manifest.tensors
         for sent in header.arrays:
-            array = _Array(sent, manifest.tensors[sent.name].chunks)  # type: ignore[arg-type]
+            deferred = deferrable and sent.name == self.defer
+            array = _Array(sent, manifest.tensors[sent.name].chunks, deferred)  # type: ignore[arg-type]
+            places = [(at, offset, length) for at, offset, length, _ in sent.chunks]
+            if deferred:
+                self._deferred = (array, places)
+                continue
             self._arrays.append(array)
-            self._queue += [(array, at, offset, length) for at, offset, length, _ in sent.chunks]
+            self._queue += [(array, *place) for place in places]
 
     def wait(self) -> None:
         """Until every decode started is over (the buffer may then be reused), whatever their outcome."""
@@ -155,6 +171,8 @@ class ChunkDecoder:
             raise IntegrityError("a chunk body ended inside its header")
         if self._next < len(self._queue) or filled != self._start + self.header.data_bytes:
             raise IntegrityError(f"a chunk body of {filled} bytes does not end where its index does")
+        if self._deferred is not None and any(o + n > self.header.data_bytes for _, o, n in self._deferred[1]):
+            raise IntegrityError("a chunk body's index points past its data")
         for future in self._futures:
             future.result()
         tensors = {a.sent.name: RawTensor.from_numpy(a.sent.name, a.sent.dtype, a.out) for a in self._arrays}
@@ -164,6 +182,14 @@ class ChunkDecoder:
         if self.verify == "full" and features.full and content_hash(tensors.values()) != self.manifest.content_hash:
             raise IntegrityError(f"received tensors do not hash to {self.manifest.content_hash}")
         return features
+
+    def deferred(self) -> ReceivedCopy | None:
+        """After `finish`: the array left in its frames, if one was."""
+        if self._deferred is None:
+            return None
+        array, places = self._deferred
+        frames = [(at, self.buffer[self._start + offset : self._start + offset + n]) for at, offset, n in places]
+        return ReceivedCopy(array, frames)
 
 
 def decode_chunks(body: bytes | bytearray | memoryview, verify: Verify = "chunks") -> Features:
@@ -184,88 +210,16 @@ def receive_chunks(body: Body, length: int, verify: Verify = "chunks") -> Featur
         decoder.wait()
 
 
-class CheckedCopy:
-    """A tensor of a decoded full entry not yet checked against its write-time chunk digests, which can only be
-    read by copying it out: `start_copy` checks each chunk as it lands in the destination (the block is read once,
-    into a per-thread scratch, hashed there and copied on from it), so a batch is assembled in one pass over the
-    source instead of a check and then a copy. The destination holds verified bytes once every future says True."""
-
-    def __init__(self, tensor: RawTensor, chunks: ChunkDigests, on_mismatch: Callable[[], None] | None = None) -> None:
-        self.name, self.dtype, self.shape = tensor.name, tensor.dtype, tensor.shape
-        self._array = tensor.numpy()
-        self._chunks = chunks
-        self._on_mismatch = on_mismatch  # the cache drops a damaged file
-
-    def start_copy(self, out: np.ndarray) -> list[Future[bool]]:
-        """Copy into `out` (same shape, the same bytes' numpy dtype) on the decode pool, a future per chunk."""
-        if out.shape != self._array.shape or out.dtype != self._array.dtype:
-            raise ValueError(f"{self.name}: cannot copy {self._array.shape} {self._array.dtype} into {out.shape}")
-        chunk_grid = grid(self._array.shape, self._chunks.shape)
-        return [
-            _decoders().submit(_block_matches, self._array, self._chunks, unflatten(at, chunk_grid), at, out)
-            for at in range(len(self._chunks.digests))
-        ]
-
-    def finish(self, copying: list[Future[bool]]) -> None:
-        """Wait for `start_copy`'s chunks; IntegrityError if any differed from what was written (the destination
-        then holds bytes that must not be used)."""
-        if not all([check.result() for check in copying]):
-            if self._on_mismatch is not None:
-                self._on_mismatch()
-            raise IntegrityError(f"{self.name}: a chunk differs from what was written")
-
-
-def verify_decoded(features: Features, defer: frozenset[str] = frozenset()) -> bool:
-    """Check a full entry's decoded tensors against the chunk digests recorded when it was written, chunk by chunk
-    on the decode pool (each block copied into a per-thread scratch, edge blocks zero-padded, and hashed): what lets
-    a decoded copy be trusted at the speed of the cores, where its sha256 content hash runs on one. False when the
-    entry has no chunk digests (older entries: check the content hash instead). The tensors named in `defer` get
-    every check but their chunks' (their `CheckedCopy` checks those as it copies them out)."""
-    manifest = features.manifest
-    digests = {name: info.chunks for name, info in manifest.tensors.items()}
-    if not features.full or manifest.chunks_digest is None or any(d is None for d in digests.values()):
-        return False
-    if entry_digest(digests) != manifest.chunks_digest:
-        raise IntegrityError("the manifest's chunk digests do not match their record")
-    if set(features.tensors) != set(digests):
-        raise IntegrityError(f"tensors {sorted(features.tensors)} are not the manifest's {sorted(digests)}")
-    checks = []
-    for name, tensor in features.tensors.items():
-        chunks = digests[name]
-        assert chunks is not None
-        if list(tensor.shape) != manifest.tensors[name].shape:
-            raise IntegrityError(
-                f"{name}: shape {list(tensor.shape)}, the manifest says {manifest.tensors[name].shape}"
-            )
-        if name in defer:
-            continue
-        array = tensor.numpy()
-        chunk_grid = grid(array.shape, chunks.shape)
-        for at in range(len(chunks.digests)):
-            checks.append(_decoders().submit(_block_matches, array, chunks, unflatten(at, chunk_grid), at))
-    results = [check.result() for check in checks]
-    if not all(results):
-        raise IntegrityError("a chunk differs from what was written")
-    return True
-
-
-def _block_matches(
-    array: np.ndarray, chunks: ChunkDigests, coords: tuple[int, ...], at: int, out: np.ndarray | None = None
-) -> bool:
-    """Whether the chunk at `at` of `array` is as written; with `out`, it is copied there from the checked scratch
-    (only when it matches)."""
-    region = tuple(slice(c * size, (c + 1) * size) for c, size in zip(coords, chunks.shape, strict=True))
-    part = array[region]
-    block = _scratch_block(prod(chunks.shape) * array.dtype.itemsize).view(array.dtype).reshape(chunks.shape)
-    if part.shape != block.shape:  # an edge chunk: stored zero-padded
-        block[...] = 0
-    inside = tuple(slice(0, n) for n in part.shape)
-    block[inside] = part
-    if not chunks.matches(at, block):
-        return False
-    if out is not None:
-        out[region] = block[inside]
-    return True
+def receive_for_copy(body: Body, length: int, name: str) -> tuple[Features, ReceivedCopy | None]:
+    """`receive_chunks`, with array `name` of a full read left in its frames as a `ReceivedCopy` (None where it was
+    decoded as usual: a slice, an fp8 entry's hidden states) and out of the features' tensors."""
+    view = memoryview(HOST_MEMORY.take(length))
+    decoder = ChunkDecoder(view, "chunks", defer=name)
+    try:
+        features = decoder.finish(fill(view, body, decoder.feed))
+    finally:
+        decoder.wait()
+    return features, decoder.deferred()
 
 
 def decode_any(body: bytes | bytearray | memoryview, chunks: bool, verify: Verify = "chunks") -> Features:
@@ -273,10 +227,3 @@ def decode_any(body: bytes | bytearray | memoryview, chunks: bool, verify: Verif
     if chunks:
         return decode_chunks(body, verify)
     return decode_verified(body)
-
-
-def _scratch_block(nbytes: int) -> np.ndarray:
-    block = getattr(_scratch, "block", None)
-    if block is None or block.nbytes < nbytes:
-        block = _scratch.block = np.empty(nbytes, dtype=np.uint8)
-    return block[:nbytes]

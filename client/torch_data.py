@@ -21,12 +21,12 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from client.cache import FeatureCache
+from client.chunk_checks import DeferredCopy
 from client.client import FeatureClient
 from client.errors import StoreUnavailableError
 from client.features import Features
 from client.host_memory import HOST_MEMORY
 from client.keys import KeyLike, batch_item
-from client.receive import CheckedCopy
 from schemas.api import BatchItem
 from schemas.featureset import LayerId
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, Manifest
@@ -36,10 +36,11 @@ from schemas.torch_tensors import TORCH_DTYPES
 Sample = dict[str, Any]
 
 
-def to_sample(features: Features, dequantise: bool = True, hidden: CheckedCopy | None = None) -> Sample:
+def to_sample(features: Features, dequantise: bool = True, hidden: DeferredCopy | None = None) -> Sample:
     """A training sample. An fp8 featureset's hidden states are dequantised to bfloat16 here unless `dequantise` is
     False: then `hidden_states` is the float8 as stored and `hidden_scales` its scales [T, L] (half the bytes to
-    move; `DeviceFeed` dequantises them on the GPU). `hidden`: the hidden states as a `CheckedCopy` (`fetch_sample`)."""
+    move; `DeviceFeed` dequantises them on the GPU). `hidden`: the hidden states as a `DeferredCopy`
+    (`fetch_sample`)."""
     if hidden is not None:
         sample: Sample = {"hidden_states": hidden}
     elif not dequantise and HIDDEN_SCALES in features.tensors:
@@ -62,18 +63,16 @@ def to_sample(features: Features, dequantise: bool = True, hidden: CheckedCopy |
 
 
 def fetch_sample(client: FeatureClient, key: Manifest | KeyLike) -> Sample:
-    """`to_sample(client.fetch(key))` for `pad_collate`, except that a bfloat16 entry in the client's cache comes
-    with its hidden_states as a `CheckedCopy`, whose chunks `pad_collate` checks against their write-time digests as
-    it copies them into the batch: one pass over the features instead of a check and then a copy (the host's memory
-    bandwidth is what bounds a batch's way to the GPU). Only `pad_collate` turns such a sample into tensors."""
+    """`to_sample(client.fetch(key))` for `pad_collate`, except that a whole bfloat16 entry's hidden_states come as
+    a `DeferredCopy`, whose chunks `pad_collate` checks against their write-time digests as it copies them into the
+    batch: from the client's cache one pass over the features instead of a check and then a copy, from the service
+    each chunk decoded straight into the batch instead of into an array of its own and then copied (the host's
+    memory bandwidth is what bounds a batch's way to the GPU). Only `pad_collate` turns such a sample into tensors."""
     item = key_of(key)
-    cache = client.cache
-    if cache is not None and item.content_hash is not None and item.layers is None and item.tokens is None:
-        found = cache.get_for_copy(item.content_hash, HIDDEN_STATES)
-        if found is not None:
-            features, copy = found
-            return to_sample(features, hidden=copy)
-    return to_sample(client.fetch(item.key))
+    if item.layers is None and item.tokens is None:
+        features, copy = client.fetch_for_copy(item.key, HIDDEN_STATES)
+        return to_sample(features, hidden=copy)
+    return to_sample(client.fetch(item.key, item.layers, item.tokens))
 
 
 def key_of(item: Manifest | KeyLike) -> BatchItem:
@@ -267,7 +266,7 @@ def pad_collate(samples: list[Sample], pin_memory: bool = False, recycle: bool =
     lengths = [s["input_ids"].shape[0] for s in samples]
     longest = max(lengths)
     first = samples[0]["hidden_states"]
-    dtype = TORCH_DTYPES[first.dtype] if isinstance(first, CheckedCopy) else first.dtype
+    dtype = TORCH_DTYPES[first.dtype] if isinstance(first, DeferredCopy) else first.dtype
     # not zeros: zero-filling the whole batch costs a pass over it (torch.zeros ran at 1.4 GB/s per core on the GPU
     # host, half the loader's time); only the pads are zeroed, below
     hidden = _batch_memory((len(samples), longest, *first.shape[1:]), dtype, pin_memory, recycle)
@@ -282,10 +281,10 @@ def pad_collate(samples: list[Sample], pin_memory: bool = False, recycle: bool =
     for name, values in per_token.items():
         shape, dtype = (len(samples), longest, *values[0].shape[1:]), _collated_dtype(values[0])
         batch[name] = torch.zeros(shape, dtype=dtype, pin_memory=pin_memory)
-    copying: list[tuple[CheckedCopy, list]] = []
+    copying: list[tuple[DeferredCopy, list]] = []
     for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
         source = sample["hidden_states"]
-        if isinstance(source, CheckedCopy):  # checked chunk by chunk as it lands, on the decode pool
+        if isinstance(source, DeferredCopy):  # checked chunk by chunk as it lands, on the decode pool
             out = hidden[row, :length].view(torch.uint8).numpy().view(DTYPES[source.dtype][1])
             copying.append((source, source.start_copy(out.reshape(source.shape))))
         else:

@@ -29,10 +29,13 @@ READS = [
 ]
 
 
-@pytest.fixture
-def settings(tmp_path: Path, tiny_model_dir: Path) -> Settings:
-    # small chunks: every read crosses several, and slices start and end inside them
-    return Settings(data_dir=tmp_path / "store", model_dir=tiny_model_dir, device="cpu", chunk_tokens=16)
+@pytest.fixture(params=[StoreCodec.LZ4_BITSHUFFLE, StoreCodec.UNCOMPRESSED])
+def settings(tmp_path: Path, tiny_model_dir: Path, request: pytest.FixtureRequest) -> Settings:
+    # small chunks: every read crosses several, and slices start and end inside them; each written compressed and
+    # as it is (the client checks a stored-as-is chunk where it lies)
+    return Settings(
+        data_dir=tmp_path / "store", model_dir=tiny_model_dir, device="cpu", chunk_tokens=16, codec=request.param
+    )
 
 
 @pytest.fixture

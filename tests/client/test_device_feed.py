@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from client import DeviceFeed, FeatureClient, FeatureDataset, pad_collate
+from client import DeviceFeed, FeatureClient, FeatureDataset, fetch_sample, pad_collate
 from schemas.featureset import FeatureSet
 
 
@@ -85,3 +85,6 @@ def test_fp8_travels_as_stored_and_dequantises_on_the_device_to_the_cpu_bits(cli
     expected = next(iter(on_cpu))
     assert "hidden_scales" not in landed and landed["hidden_states"].dtype == torch.bfloat16
     assert torch.equal(landed["hidden_states"], expected["hidden_states"])
+    # `fetch_sample` leaves fp8 hidden states to their dequantisation: decoded, not deferred
+    fetched = pad_collate([fetch_sample(client, key) for key in keys])
+    assert torch.equal(fetched["hidden_states"], expected["hidden_states"])

@@ -25,11 +25,13 @@ from client import (
     pack_collate,
     pad_collate,
 )
+from client.chunk_checks import CheckedCopy
 from client.client import WireFormat
-from client.receive import CheckedCopy
+from client.receive import ReceivedCopy
 from client.torch_data import to_sample
 from schemas import chunk_wire
 from tests.conftest import wait_for
+from tests.flipping_proxy import FlippingProxy
 
 
 @pytest.fixture
@@ -163,6 +165,31 @@ def test_cached_hidden_states_checked_as_they_are_collated_give_the_batch_of_the
         assert torch.equal(
             pad_collate([fetch_sample(cached, k) for k in keys])["hidden_states"], ordinary["hidden_states"]
         )
+
+
+@pytest.mark.parametrize("where", [lambda n: n // 2, lambda n: n - 5], ids=["middle", "end"])
+def test_served_hidden_states_decoded_straight_into_the_batch_give_the_batch_of_the_ordinary_path(
+    client: FeatureClient, live_url: str, stored: list, where
+) -> None:
+    """Without a cache, `fetch_sample` leaves a served entry's hidden states in their received chunk frames (a
+    `ReceivedCopy`): `pad_collate` checks and decodes each chunk straight into the batch, which is the ordinary
+    path's; a byte flipped on the socket fails the read or the batch, wherever it lands."""
+    keys = [m.feature_key() for m in stored[:4]]
+    ordinary = pad_collate([to_sample(client.fetch(k)) for k in keys])
+    samples = [fetch_sample(client, k) for k in keys]
+    assert all(isinstance(s["hidden_states"], ReceivedCopy) for s in samples)
+    direct = pad_collate(samples)
+    for name, value in ordinary.items():
+        assert torch.equal(direct[name], value) if isinstance(value, torch.Tensor) else direct[name] == value
+    sliced = fetch_sample(client, {**keys[0].model_dump(exclude_none=True), "layers": [2]})
+    assert sliced["hidden_states"].shape[1] == 1  # a slice is decoded as it always was
+    host, port = live_url.removeprefix("http://").split(":")
+    proxy = FlippingProxy((host, int(port)), where)
+    try:
+        with FeatureClient(proxy.url) as bad, pytest.raises(IntegrityError):
+            pad_collate([fetch_sample(bad, keys[3])])
+    finally:
+        proxy.close()
 
 
 def test_dataloader_two_workers_reads_every_entry_once(live_url: str, stored: list, tmp_path: Path) -> None:
