@@ -283,7 +283,7 @@ def main() -> None:
                     figures = _run({**spec, "variant": variant, "cores": n, "keys": entries, "batch": batch})
                     if n not in best[variant] or figures["gbs"] > best[variant][n]["gbs"]:
                         best[variant][n] = figures
-                    print(f"{variant:<22} {n:>2} cores {figures['gbs']:6.2f} GB/s", file=sys.stderr)
+                    print(f"{variant:<22} {n:>2} cores {json.dumps(figures)}", file=sys.stderr)
     finally:
         for process in processes:
             process.terminate()

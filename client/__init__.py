@@ -45,8 +45,8 @@ _TORCH_DATA = {
     "EntryStream": "client.torch_data",
     "FeatureDataset": "client.torch_data",
     "fetch_sample": "client.torch_data",
-    "pack_collate": "client.torch_data",
-    "pad_collate": "client.torch_data",
+    "pack_collate": "client.collate",
+    "pad_collate": "client.collate",
 }
 
 
