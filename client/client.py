@@ -5,7 +5,7 @@ verified before it is returned (see `client/features.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
@@ -18,41 +18,21 @@ from client.chunk_checks import DeferredCopy
 from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
-from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
+from client.keys import KeyLike, batch_item, key_of_parts
 from client.receive import Verify, decode_any, receive_chunks, receive_for_copy
+from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
 from schemas import chunk_wire, datasets, wire
 from schemas.api import (
-    IMPORT_METADATA,
-    AuditReport,
-    AuditRequest,
     BatchItem,
     BatchRequest,
-    CompareReport,
     DatasetInfo,
     DatasetRequest,
-    EntriesPage,
-    EstimateReport,
-    EstimateRequest,
-    ExtractRequest,
-    ExtractResponse,
-    ImportRequest,
-    ImportResult,
-    Info,
-    JobList,
-    JobRequest,
-    JobStatus,
-    WindowOpenRequest,
-    WindowState,
-    WorkerLease,
-    WorkerList,
 )
 from schemas.chunk_wire import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import DEFAULT_URL, SAFETENSORS_MEDIA_TYPE
-from schemas.keys import EntryFilter, FeatureKey
-from schemas.manifest import Manifest
-from schemas.tensors import RawTensor
+from schemas.keys import FeatureKey
 from schemas.tokens import TokenRange
 
 Tokens = tuple[int | None, int | None] | TokenRange | str
@@ -63,8 +43,9 @@ def _is_chunks(body: Body) -> bool:
     return body.headers.get("content-type", "").startswith(chunk_wire.MEDIA_TYPE)
 
 
-class FeatureClient:
-    """`http` is the transport seam: pass any `httpx.Client` (an in-process ASGI client in tests), else one is made."""
+class FeatureClient(ServiceCalls):
+    """Feature reads (here) and the service's other calls (`ServiceCalls`). `http` is the transport seam: pass any
+    `httpx.Client` (an in-process ASGI client in tests), else one is made."""
 
     def __init__(
         self,
@@ -264,26 +245,6 @@ class FeatureClient:
             self.cache.put(features)
         return features
 
-    def exists(
-        self,
-        prompt: Mapping[str, Any] | None = None,
-        *,
-        prompt_hash: str | None = None,
-        backend: str | None = None,
-        model_revision: str | None = None,
-        featureset: FeatureSet | str | None = None,
-        content_hash: str | None = None,
-    ) -> bool:
-        key = key_of_parts(
-            prompt,
-            prompt_hash=prompt_hash,
-            backend=backend,
-            model_revision=model_revision,
-            featureset=featureset,
-            content_hash=content_hash,
-        )
-        return self._transport.exists(f"/v1/features/{key.prompt_hash}", key.params())
-
     # -- dataset snapshots ---------------------------------------------------------------------------------------
     def create_dataset(
         self,
@@ -325,167 +286,3 @@ class FeatureClient:
         if self.cache is not None:
             self.cache.put_dataset(index.dataset_id, response.content)
         return index
-
-    # -- listing, comparing, auditing ----------------------------------------------------------------------------
-    def entries(self, *, page_size: int = 100, **filters: str | FeatureSet | None) -> Iterator[Manifest]:
-        """Every matching version, oldest first, page by page. Filters as `entries_page` takes them."""
-        cursor = None
-        while True:
-            page = self.entries_page(limit=page_size, cursor=cursor, **filters)
-            yield from page.entries
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
-
-    def entries_page(
-        self,
-        *,
-        prompt_hash: str | None = None,
-        backend: str | None = None,
-        model_revision: str | None = None,
-        featureset: FeatureSet | str | None = None,
-        content_hash: str | None = None,
-        since: str | None = None,
-        limit: int = 100,
-        cursor: str | None = None,
-    ) -> EntriesPage:
-        """One page of the listing (`prompt_hash` and `content_hash` may be prefixes); pass its `next_cursor` back
-        for the next."""
-        where = EntryFilter(
-            prompt_hash=prompt_hash,
-            model_revision=model_revision,
-            backend=backend,
-            featureset=featureset.id if isinstance(featureset, FeatureSet) else featureset,
-            content_hash=content_hash,
-            since=since,
-        )
-        params: dict[str, Any] = {**where.params(), "limit": limit}
-        if cursor is not None:
-            params["cursor"] = cursor
-        return self._transport.call(EntriesPage, "GET", "/v1/entries", params=params)
-
-    def compare(
-        self,
-        prompt: Mapping[str, Any] | None = None,
-        *,
-        prompt_hash: str | None = None,
-        a: str = "fla",
-        b: str = "torch",
-        model_revision: str | None = None,
-        featureset: FeatureSet | str | None = None,
-        extract: bool = False,
-    ) -> CompareReport:
-        """Per-layer agreement of two backends' features for one prompt; `extract` fills in a missing side."""
-        key = key_of_parts(prompt, prompt_hash=prompt_hash, model_revision=model_revision, featureset=featureset)
-        params = {**key.params(), "a": a, "b": b, "extract": extract}
-        return self._transport.call(CompareReport, "GET", f"/v1/compare/{key.prompt_hash}", params=params)
-
-    def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
-        """Re-extract `sample` stored entries and report which reproduce their content hash bit for bit."""
-        body = AuditRequest(sample=sample, backend=backend, seed=seed).model_dump(mode="json")
-        return self._transport.call(AuditReport, "POST", "/v1/audit", json=body)
-
-    # -- extracting, warm jobs and windows -----------------------------------------------------------------------
-    def info(self) -> Info:
-        return self._transport.call(Info, "GET", "/v1/info")
-
-    def extract(
-        self,
-        samples: Sequence[Mapping[str, Any]],
-        featureset: FeatureSet | Sequence[LayerId] | None = None,
-        backend: str | None = None,
-        force: bool = False,
-    ) -> ExtractResponse:
-        chosen = {"backend": backend} if backend is not None else {}
-        request = ExtractRequest(
-            samples=[dict(s) for s in samples], featureset=featureset_of(featureset), force=force, **chosen
-        )
-        body = request.model_dump(mode="json", exclude_none=True)
-        return self._transport.call(ExtractResponse, "POST", "/v1/extract", json=body)
-
-    def estimate(
-        self,
-        samples: Sequence[Mapping[str, Any]],
-        featureset: FeatureSet | Sequence[LayerId] | None = None,
-        backends: Sequence[str] = ("auto",),
-        tokens_per_s: float | None = None,
-    ) -> EstimateReport:
-        """Tokens, bytes (compressed as this store measured) and GPU-hours these samples would take; runs nothing."""
-        request = EstimateRequest(
-            samples=[dict(s) for s in samples],
-            featureset=featureset_of(featureset),
-            backends=list(backends),
-            tokens_per_s=tokens_per_s,
-        )
-        return self._transport.call(
-            EstimateReport, "POST", "/v1/estimate", json=request.model_dump(mode="json", exclude_none=True)
-        )
-
-    def import_entry(self, request: ImportRequest, tensors: Sequence[RawTensor]) -> ImportResult:
-        """Store features computed elsewhere (hsstore's layout: hidden_states bf16 [T, L, H], input_ids int32 [T],
-        loss_mask uint8 [T] optional), under `request.content_hash`, which the service checks against the bytes.
-        `hsstore import` reads SpecForge and speculators files into this (`client.exchange`)."""
-        body = b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
-        headers = {"content-type": SAFETENSORS_MEDIA_TYPE}
-        return self._transport.call(ImportResult, "POST", "/v1/entries:import", content=body, headers=headers)
-
-    def submit_job(
-        self,
-        samples: Sequence[Mapping[str, Any]] | None = None,
-        *,
-        jsonl: bytes | None = None,
-        backends: Sequence[str] = ("auto",),
-        layers: FeatureSet | Sequence[LayerId] | None = None,
-        completion: str | None = None,
-        priority: int = 0,
-        run_now: bool = False,
-    ) -> JobStatus:
-        """A warm job from samples, or from a JSONL upload as it is on disk (one sample per line). `layers`: a layer
-        list or a whole FeatureSet (dtype, target_ids, top_k)."""
-        if (samples is None) == (jsonl is None):
-            raise ValueError("give samples or jsonl")
-        featureset = featureset_of(layers)
-        if jsonl is not None:
-            params: dict[str, Any] = {"backend": list(backends), "priority": priority, "run_now": run_now}
-            if featureset is not None:
-                params.update(featureset.params())
-            if completion is not None:
-                params["completion"] = completion
-            headers = {"content-type": "application/x-ndjson"}
-            response = self._transport.request("POST", "/v1/jobs", content=jsonl, params=params, headers=headers)
-        else:
-            request = JobRequest(
-                samples=[dict(s) for s in samples or []],
-                backends=list(backends),
-                featureset=featureset,
-                completion=completion,
-                priority=priority,
-                run_now=run_now,
-            )
-            body = request.model_dump(mode="json", exclude_none=True)
-            response = self._transport.request("POST", "/v1/jobs", json=body)
-        return self._transport.parse(JobStatus, response)
-
-    def job(self, job_id: str) -> JobStatus:
-        """One job, by its id or a unique prefix of it."""
-        return self._transport.call(JobStatus, "GET", f"/v1/jobs/{job_id}")
-
-    def jobs(self) -> list[JobStatus]:
-        return self._transport.call(JobList, "GET", "/v1/jobs").jobs
-
-    def workers(self) -> list[WorkerLease]:
-        """Live workers and the job items each holds under a lease."""
-        return self._transport.call(WorkerList, "GET", "/v1/workers").workers
-
-    def cancel_job(self, job_id: str) -> JobStatus:
-        return self._transport.call(JobStatus, "DELETE", f"/v1/jobs/{job_id}")
-
-    def window(self) -> WindowState:
-        return self._transport.call(WindowState, "GET", "/v1/window")
-
-    def open_window(self, minutes: float) -> WindowState:
-        body = WindowOpenRequest(minutes=minutes).model_dump(mode="json")
-        return self._transport.call(WindowState, "POST", "/v1/window/open", json=body)
-
-    def close_window(self) -> WindowState:
-        return self._transport.call(WindowState, "POST", "/v1/window/close")
