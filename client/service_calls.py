@@ -23,16 +23,10 @@ from schemas.api import (
     ImportRequest,
     ImportResult,
     Info,
-    JobList,
-    JobRequest,
-    JobStatus,
-    WindowOpenRequest,
-    WindowState,
-    WorkerLease,
-    WorkerList,
 )
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import SAFETENSORS_MEDIA_TYPE
+from schemas.job_api import JobList, JobRequest, JobStatus, WindowOpenRequest, WindowState, WorkerLease, WorkerList
 from schemas.keys import EntryFilter
 from schemas.manifest import Manifest
 from schemas.tensors import RawTensor

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import typer
 
-from schemas.api import JobStatus, WindowState
+from schemas.job_api import JobStatus, WindowState
 from schemas.manifest import Manifest
 
 SHORT = 10  # hex digits of a shortened id: unique in practice, lengthened where two printed ids would collide

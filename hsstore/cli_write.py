@@ -28,7 +28,8 @@ from schemas.backend import backends_help
 from schemas.timestamps import utc_now
 
 if TYPE_CHECKING:
-    from schemas.api import ExtractResult, JobStatus
+    from schemas.api import ExtractResult
+    from schemas.job_api import JobStatus
 
 
 def extract(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 from typing import Protocol
 
-from schemas.api import WindowState
+from schemas.job_api import WindowState
 from schemas.timestamps import parse, stamp, stamp_seconds
 
 _DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from schemas.api import JobError, JobList, JobRequest, JobStatus, WorkerLease, WorkerList, greedy_tokens
 from schemas.featureset import FeatureSet
+from schemas.job_api import JobError, JobList, JobRequest, JobStatus, WorkerLease, WorkerList, greedy_tokens
 from schemas.keys import MIN_PREFIX
 from schemas.states import ItemState, JobState
 from schemas.timestamps import parse as parse_time

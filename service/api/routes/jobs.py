@@ -6,8 +6,8 @@ from fastapi import APIRouter, Query, Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from schemas.api import JobList, JobRequest, JobStatus, WorkerList
 from schemas.featureset import FeatureDtype, FeatureSet
+from schemas.job_api import JobList, JobRequest, JobStatus, WorkerList
 from schemas.jsonl import parse_jsonl
 from schemas.validation import describe_errors
 from service.api.deps import JobsDep, ReadScope, Scope, SettingsDep, WriteScope

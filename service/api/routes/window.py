@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from schemas.api import WindowOpenRequest, WindowState
+from schemas.job_api import WindowOpenRequest, WindowState
 from service.api.deps import AdminScope, ModelsDep, ReadScope, WindowsDep
 from service.api.openapi import errors
 from service.errors import InvalidRequest

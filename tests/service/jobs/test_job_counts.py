@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from schemas.api import ExtractRequest, JobRequest
+from schemas.api import ExtractRequest
+from schemas.job_api import JobRequest
 from schemas.keys import EntryFilter
 from service.main import build_services
 from service.settings import Settings

@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from schemas.api import JobRequest
+from schemas.job_api import JobRequest
 from service.jobs.lease_holder import LeaseHolder
 from service.main import build_services
 from service.settings import Settings
