@@ -15,7 +15,7 @@ from service.api.error_handlers import error_frame
 from service.api.openapi import binary, errors
 from service.api.queries import AcceptsChunksDep, FeatureQueryDep
 from service.api.streaming import slices, stream
-from service.core.reader import Part
+from service.core.served import Part
 from service.errors import TooLarge
 
 router = APIRouter(tags=["features"])
