@@ -195,8 +195,9 @@ def test_workers_lists_who_holds_which_items_until_when(settings, tiny_loaded, t
 
 
 def test_a_service_beyond_loopback_without_tokens_refuses_to_start_unless_told(settings, tiny_loaded) -> None:
+    from service.core.startup import startup_lines
     from service.errors import ConfigError
-    from service.main import build_services, create_app, startup_lines
+    from service.main import build_services, create_app
 
     exposed = settings.model_copy(update={"host": "0.0.0.0"})
     with pytest.raises(ConfigError, match=r"refusing to serve 0\.0\.0\.0 without auth.*HSSTORE_ALLOW_ANONYMOUS"):
@@ -205,7 +206,7 @@ def test_a_service_beyond_loopback_without_tokens_refuses_to_start_unless_told(s
         create_app(exposed.model_copy(update=fine), tiny_loaded)
     told = build_services(exposed.model_copy(update={"allow_anonymous": True}), tiny_loaded)
     assert "auth: off (no tokens configured, allow_anonymous: whoever reaches this port can read and write)" in (
-        startup_lines(told)
+        startup_lines(told.settings, told.models, told.store, told.windows)
     )
     told.close()
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from service.main import build_services, create_app, startup_lines
+from service.core.startup import startup_lines
+from service.main import build_services, create_app
 from service.settings import Settings
 from tests.conftest import LiveServer
 
@@ -34,7 +35,7 @@ def test_a_replicas_start_up_lines_say_who_extracts(tmp_path: Path, tiny_model_d
         Settings(data_dir=tmp_path / "store", model_dir=tiny_model_dir, device="cpu", run_jobs=False)
     )
     try:
-        lines = "\n".join(startup_lines(services))
+        lines = "\n".join(startup_lines(services.settings, services.models, services.store, services.windows))
     finally:
         services.close()
     assert "config and tokenizer only" in lines and "window" not in lines
