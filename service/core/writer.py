@@ -25,7 +25,8 @@ from service.core.gate import ExtractionGate, configured
 from service.core.prepare import PreparedSample, RequestPreparer
 from service.core.recorder import Recorder, new_manifest
 from service.core.single_flight import SingleFlight
-from service.extraction.extractor import Extractor, PendingExtraction
+from service.extraction.extractor import Extractor
+from service.extraction.results import PendingExtraction
 from service.metrics import Metrics
 from service.model.manager import ModelManager
 

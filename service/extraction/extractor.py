@@ -19,14 +19,13 @@ import transformers
 
 from schemas import fp8
 from schemas.backend import RULE, SPECS, Backend, Fingerprint
-from schemas.featureset import FINAL_NORM, FeatureSet, LayerId
-from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, LayerStats
-from schemas.tensors import RawTensor
-from schemas.torch_tensors import from_torch
+from schemas.featureset import FINAL_NORM, FeatureSet
+from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 from service.extraction.batching import describe, plan_batches
 from service.extraction.lean_forward import capture, chunked_heads
 from service.extraction.packing import Pack, PackPolicy, pack_inputs, per_sequence, plan_packs
-from service.extraction.stats import constant_rows, layer_stats, layer_summary
+from service.extraction.results import Extraction, Labels, PendingExtraction
+from service.extraction.stats import layer_summary
 from service.model.encode import EncodedPrompt
 from service.model.fused import EAGER, FUSED, FusedForwards
 from service.model.kernels import version_of
@@ -41,62 +40,6 @@ BATCHING_DEVICES = frozenset({"cuda"})
 # kernels must give; on the GPU it is tested at every offset, for every backend (tests/gpu).
 PACKING_DEVICES = frozenset({"cuda"})
 _SUMMARY = "layer summary"
-
-
-@dataclass(frozen=True, slots=True)
-class Extraction:
-    tensors: list[RawTensor]
-    layer_stats: list[LayerStats]
-    constant_rows: list[int]  # per layer, rows (tokens) with one value throughout: what content checks judge
-    fingerprint: Fingerprint
-    prompt_tokens: int
-    completion_tokens: int
-    completion_source: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Labels:
-    """What an extraction is, known before its tensors reach the host."""
-
-    layers: list[LayerId]
-    label: str
-    fingerprint: Fingerprint
-    prompt_tokens: int
-    completion_tokens: int
-    completion_source: str | None
-
-
-class PendingExtraction:
-    """An extraction whose tensors may still be on their way to host memory; `wait()` from any thread. The layer
-    summary comes with them, so a NaN or Inf is refused (NonFiniteFeatures) here, before anything is stored."""
-
-    def __init__(
-        self,
-        host: dict[str, torch.Tensor],
-        summary: torch.Tensor,
-        done: torch.cuda.Event | None,
-        labels: _Labels,
-        forward: int,
-    ) -> None:
-        self.forward = forward  # which forward of its `extract_many` produced it (they share one per pack or batch)
-        self._host = host
-        self._summary = summary
-        self._done = done
-        self._labels = labels
-
-    def wait(self) -> Extraction:
-        if self._done is not None:
-            self._done.synchronize()
-        labels = self._labels
-        return Extraction(
-            tensors=[from_torch(name, tensor) for name, tensor in self._host.items()],
-            layer_stats=layer_stats(self._summary, labels.layers, labels.label),
-            constant_rows=constant_rows(self._summary),
-            fingerprint=labels.fingerprint,
-            prompt_tokens=labels.prompt_tokens,
-            completion_tokens=labels.completion_tokens,
-            completion_source=labels.completion_source,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,7 +323,7 @@ class Extractor:
             mask = torch.zeros(length, dtype=torch.uint8)
             mask[seq.prompt_tokens :] = 1
             host["loss_mask"] = mask
-        labels = _Labels(
+        labels = Labels(
             list(featureset.layers),
             label,
             fingerprint,
