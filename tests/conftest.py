@@ -26,9 +26,10 @@ from service.model.devmodel import build_devmodel
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.revision_cache import cached_model_revision
 from service.settings import Settings
-from tests.postgres_server import postgres_admin, postgres_url  # noqa: F401 - fixtures for every test module
-from tests.s3_server import bucket, moto_endpoint  # noqa: F401
-from tests.slow_writes import PAUSE_ENV
+from tests.support.slow_writes import PAUSE_ENV
+
+# the Postgres and S3-API servers' fixtures, for every test module
+pytest_plugins = ["tests.support.postgres_server", "tests.support.s3_server"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -135,7 +136,7 @@ class ServerProcess:
 
     def __init__(self, env: dict[str, str], port: int, module: str = "hsstore.cli", args: Sequence[str] = ()) -> None:
         self.env = {**os.environ, **env, "HSSTORE_PORT": str(port), "HSSTORE_HOST": "127.0.0.1"}
-        self.module = module  # tests.slow_writes: the same server with slow blob writes
+        self.module = module  # tests.support.slow_writes: the same server with slow blob writes
         self.args = list(args)
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -189,7 +190,7 @@ def server_process() -> Iterator[Callable[..., ServerProcess]]:
     def make(env: dict[str, str], write_pause_s: float = 0.0, args: Sequence[str] = ()) -> ServerProcess:
         if write_pause_s:
             env = {**env, PAUSE_ENV: str(write_pause_s)}
-        process = ServerProcess(env, free_port(), "tests.slow_writes" if write_pause_s else "hsstore.cli", args)
+        process = ServerProcess(env, free_port(), "tests.support.slow_writes" if write_pause_s else "hsstore.cli", args)
         started.append(process)
         return process
 

@@ -21,7 +21,7 @@ def import_cycles(root: Path) -> list[list[str]]:
     the tree read is `root`'s and not what this process imported)."""
     done = subprocess.run(
         # -P: not the script's own folder first on the path (tests/ has folders named like the packages)
-        [sys.executable, "-P", str(REPO / "tests" / "import_cycles.py"), *PACKAGES],
+        [sys.executable, "-P", str(REPO / "tests" / "support" / "import_cycles.py"), *PACKAGES],
         cwd=root,
         env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
         capture_output=True,

@@ -11,7 +11,7 @@ import hsstore
 from client import FeatureClient, IntegrityError, InvalidRequestError, NotFoundError
 from client.client import WireFormat
 from schemas.featureset import FeatureSet
-from tests.flipping_proxy import FlippingProxy
+from tests.support.flipping_proxy import FlippingProxy
 
 
 @pytest.mark.parametrize("package", [client_package, hsstore])

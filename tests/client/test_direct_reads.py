@@ -14,7 +14,7 @@ from client import DirectReadsUnavailableError, FeatureClient, IntegrityError
 from schemas.manifest import Manifest
 from service.main import create_app
 from tests.conftest import LiveServer
-from tests.s3_server import Bucket
+from tests.support.s3_server import Bucket
 
 LAYERS = ["embed", 1, 2, 3]
 

@@ -31,7 +31,7 @@ from client.receive import ReceivedCopy
 from client.torch_data import to_sample
 from schemas import chunk_wire
 from tests.conftest import wait_for
-from tests.flipping_proxy import FlippingProxy
+from tests.support.flipping_proxy import FlippingProxy
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 from client import FeatureClient
 from schemas import chunk_wire
 from tests.conftest import ServerProcess
-from tests.s3_server import Bucket
+from tests.support.s3_server import Bucket
 
 
 def _cluster_env(bucket: Bucket, postgres_url: str, data_dir: Path) -> dict[str, str]:

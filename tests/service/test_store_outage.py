@@ -17,7 +17,7 @@ from client import FeatureClient, FeatureDataset, IntegrityError, StoreUnavailab
 from schemas.featureset import FeatureSet
 from service.main import create_app
 from tests.conftest import LiveServer, coding_prompts, free_port
-from tests.s3_server import create_bucket
+from tests.support.s3_server import create_bucket
 
 
 class StoppableS3:

@@ -10,7 +10,7 @@ import pytest
 from service.model.loader import LoadedModel
 from service.settings import Settings
 from tests.conftest import LiveServer
-from tests.slow_writes import slow_writes
+from tests.support.slow_writes import slow_writes
 
 SAMPLE = {"text": "def shared(): return 'one forward for all'"}
 

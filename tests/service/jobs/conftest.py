@@ -9,7 +9,7 @@ import pytest
 from service.model.loader import LoadedModel
 from service.settings import Settings
 from tests.conftest import LiveServer
-from tests.sglang_standin import SGLangStandIn
+from tests.support.sglang_standin import SGLangStandIn
 
 
 class EventLog(list):

@@ -15,7 +15,7 @@ from service.core.windows import ScheduledWindow, Windows
 from service.main import create_app
 from service.settings import Settings
 from tests.conftest import LiveServer, wait_for
-from tests.slow_writes import slow_writes
+from tests.support.slow_writes import slow_writes
 
 
 def status(http: httpx.Client, job_id: str) -> dict:

@@ -19,8 +19,8 @@ import pytest
 from client import FeatureClient
 from service.jobs.lease_holder import LeaseHolder
 from tests.conftest import REPO, ServerProcess, wait_for
-from tests.s3_server import Bucket
-from tests.slow_writes import PAUSE_ENV
+from tests.support.s3_server import Bucket
+from tests.support.slow_writes import PAUSE_ENV
 
 LEASE_S = 3.0
 
@@ -29,7 +29,7 @@ class Worker:
     def __init__(self, env: dict[str, str], name: str, pause_s: float = 0.0) -> None:
         self.name = name
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the object
-        module = "tests.slow_writes" if pause_s else "hsstore.cli"
+        module = "tests.support.slow_writes" if pause_s else "hsstore.cli"
         extra = {PAUSE_ENV: str(pause_s)} if pause_s else {}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, "worker", "--device", "cpu"],

@@ -15,7 +15,7 @@ from schemas.files import staging_path
 from service.storage import LocalZarrStore
 from service.storage.object_store import ObjectZarrStore
 from service.storage.testing import BlobStoreTests, tensors
-from tests.s3_server import Bucket
+from tests.support.s3_server import Bucket
 
 
 class TestLocalZarrStore(BlobStoreTests):

@@ -1,8 +1,9 @@
 """Fault injection for the crash tests, kept out of the production path: blobs that take a while to write.
 
 In a test process, `slow_writes(seconds)` (a context manager) makes the local store pause after writing the first
-array of every blob. `python -m tests.slow_writes serve` (or `worker`) runs that hsstore command with the pause that
-HSSTORE_TEST_WRITE_PAUSE_S names, in the local store and the object store alike, for tests that kill it mid-write.
+array of every blob. `python -m tests.support.slow_writes serve` (or `worker`) runs that hsstore command with the
+pause that HSSTORE_TEST_WRITE_PAUSE_S names, in the local store and the object store alike, for tests that kill it
+mid-write.
 """
 
 from __future__ import annotations
