@@ -1,9 +1,11 @@
 """Host memory handed out again once nothing refers to it: what keeps a loader off the kernel's page faults.
 
-A fresh buffer of a hundred megabytes costs its first write a fault and a zero-fill per page: on this box a copy into
-fresh memory ran at 1.35 GB/s per core against 10.7 GB/s into memory written before, and a service read collated
-into fresh batches spent 1.69 CPU-s/GB against 1.10 with its buffers reused (`benchmarks/feed.py`). glibc hands
-buffers this large straight back to the kernel when they are freed, so every batch and every decoded entry paid it.
+A fresh buffer of a hundred megabytes costs its first write a fault and a zero-fill per page: on the developers'
+2-core box a copy into fresh memory ran at 1.35 GB/s per core against 10.7 GB/s into memory written before, and a
+one-core loop of service reads collated into batches spent 1.69 CPU-s/GB with fresh buffers against 1.10 with its
+buffers reused; on the GPU host the anchor of `benchmarks/feed.py` (torch.load + collate) ran 1.9x as fast collating
+into recycled memory. glibc hands buffers this large straight back to the kernel when they are freed, so every batch
+and every decoded entry paid it.
 
 A buffer is reused only when its reference count says that this pool alone holds it: every numpy view, memoryview
 and tensor made from it (`torch.from_numpy`) holds a reference to it, so a batch still in a training step, a
