@@ -25,12 +25,13 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
 
 Every variant runs in a process of its own, restricted to `n` cores (its CPU affinity; the decode pool sizes itself
 from it), with `n` threads each assembling whole batches, `n` batches ahead; the service's processes run on other
-cores where the machine has them. Each delivers its batches three times over in one stream and times the second
-pass, from the arrival of the first pass's last batch to that of its own last: the sustained rate of a training run
-of thousands of batches (the pipeline full at both ends, its memory recycled), with neither the fill nor the drain
-of a short run. Rounds interleave the variants and core counts; the best round counts. Per variant and core count:
-GB/s and tokens/s delivered, client CPU-s/GB, the share of the loop spent waiting, and the ratio to the anchor at
-the same core count. The last line is the JSON record.
+cores where the machine has them. Each delivers one stream of batches: a warm-up (a pass over them, longer where
+the pipeline is deeper), the timed pass, then the pipeline's depth more; the clock runs from the arrival of the
+warm-up's last batch to that of the timed pass's last: the sustained rate of a training run of thousands of batches
+(the pipeline full at both ends, its memory recycled), with neither the fill nor the drain of a short run. Rounds
+interleave the variants and core counts; the best round counts. Per variant and core count: GB/s and tokens/s
+delivered, client CPU-s/GB, the share of the loop spent waiting, and the ratio to the anchor at the same core count.
+The last line is the JSON record.
 
     python benchmarks/feed.py --quick                                   # a few minutes on 2 cores
     python benchmarks/feed.py --out benchmarks/results/feed-cpu.json
@@ -203,7 +204,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--step-ms", type=float, default=100.0, help="the synthetic step of the gpu variant")
     parser.add_argument("--gpu-batch", type=int, default=8, help="entries per batch of the gpu variant")
-    parser.add_argument("--variants", help="a comma-separated subset (default: every one this machine can run)")
+    parser.add_argument(
+        "--variants", help="a comma-separated subset (default: every one this machine can run); the anchor always runs"
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.measure:
