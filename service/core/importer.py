@@ -106,7 +106,7 @@ class FeatureImporter:
         )
         if (actual := content_hash(tensors.values())) != request.content_hash:
             raise InvalidRequest(f"the tensors sent hash to {actual}, not to the content hash {request.content_hash}")
-        stored, added = self.recorder.record(manifest, list(tensors.values()), hashed=True)
+        stored, added = self.recorder.add(manifest, list(tensors.values()))
         if not added:
             status = ImportStatus.EXISTING
         else:

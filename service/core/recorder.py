@@ -62,15 +62,15 @@ class Recorder:
         self.store = store
         self.versions = versions
 
-    def record(self, manifest: Manifest, tensors: list[RawTensor], *, hashed: bool = False) -> tuple[Manifest, bool]:
-        """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new.
-        `hashed`: the caller has just checked that they do."""
-        if not hashed and content_hash(tensors) != manifest.content_hash:
+    def record(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
+        """Store a version whose tensors hash to its content hash; returns the stored manifest and whether it is new."""
+        if content_hash(tensors) != manifest.content_hash:
             raise CorruptEntry(f"tensors do not hash to {manifest.content_hash}")
         return self.add(manifest, tensors)
 
     def add(self, manifest: Manifest, tensors: list[RawTensor]) -> tuple[Manifest, bool]:
-        """`record` for tensors the manifest was just made from (their hash is its content hash)."""
+        """`record` for tensors whose hash the caller has just taken: the manifest's content hash (an extraction's
+        manifest is made from it, an import's is checked against it)."""
         if self._marked_corrupt(manifest.content_hash):  # re-extraction repairs: the damaged blob goes first
             self.store.delete(manifest.content_hash)
             self.versions.set_integrity(manifest.content_hash, None)
