@@ -19,7 +19,7 @@ from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.keys import KeyLike, batch_item, key_of_parts
-from client.receive import Verify, decode_any, receive_chunks, receive_for_copy
+from client.receive import Verify, decode_any, receive_chunks
 from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
 from schemas import chunk_wire, datasets, wire
@@ -147,12 +147,8 @@ class FeatureClient(ServiceCalls):
             params["layers"] = ",".join(str(layer) for layer in layers)
         if tokens is not None:
             params["tokens"] = str(TokenRange.of(tokens))
-        path = f"/v1/features/{key.prompt_hash}"
-        with self._transport.stream("GET", path, params=params, headers=self._accept) as body:
-            length = content_length(body)
-            if _is_chunks(body) and length is not None:
-                return self._kept(receive_chunks(body, length, self.verify))
-            return self._kept(decode_any(read_all(body), _is_chunks(body), self.verify))
+        features, _ = self._served(key, params)
+        return self._kept(features)
 
     def fetch_for_copy(self, key: FeatureKey, name: str) -> tuple[Features, DeferredCopy | None]:
         """A whole entry with its tensor `name` handed over as a `DeferredCopy` (checked chunk by chunk as it is
@@ -163,13 +159,19 @@ class FeatureClient(ServiceCalls):
             found = self.cache.get_for_copy(key.content_hash, name)
             if found is not None:
                 return found
-        if self.cache is not None or self.direct_reads or self.verify != "chunks":
+        if self.cache is not None or self.direct_reads:
             return self.fetch(key), None
+        return self._served(key, key.params(), defer=name)
+
+    def _served(
+        self, key: FeatureKey, params: dict[str, Any], defer: str | None = None
+    ) -> tuple[Features, DeferredCopy | None]:
+        """One features body from the service, verified (`defer`: as `receive_chunks` takes it)."""
         path = f"/v1/features/{key.prompt_hash}"
-        with self._transport.stream("GET", path, params=key.params(), headers=self._accept) as body:
+        with self._transport.stream("GET", path, params=params, headers=self._accept) as body:
             length = content_length(body)
             if _is_chunks(body) and length is not None:
-                return receive_for_copy(body, length, name)
+                return receive_chunks(body, length, self.verify, defer)
             return decode_any(read_all(body), _is_chunks(body), self.verify), None
 
     def get_many(self, keys: Sequence[KeyLike]) -> list[Features]:
@@ -228,7 +230,7 @@ class FeatureClient(ServiceCalls):
                     if kind == wire.ERROR:
                         raise batch_error(index, item, memoryview(read_exactly(frame, length)))
                     if kind == wire.CHUNKS:
-                        features = self._kept(receive_chunks(frame, length, self.verify))
+                        features = self._kept(receive_chunks(frame, length, self.verify)[0])
                     elif kind == wire.FEATURES:
                         features = self._kept(decode_verified(read_exactly(frame, length)))
                     else:

@@ -46,9 +46,8 @@ class _Array:
         self.grid = grid(sent.shape, sent.chunk)
         self.nbytes = prod(sent.chunk) * self.dtype.itemsize
         self.shape = sent.served_shape()
-        self.out = None if deferred else HOST_MEMORY.take(prod(self.shape) * self.dtype.itemsize)
-        if self.out is not None:
-            self.out = self.out.view(self.dtype).reshape(self.shape)
+        nbytes = prod(self.shape) * self.dtype.itemsize
+        self.out = None if deferred else HOST_MEMORY.take(nbytes).view(self.dtype).reshape(self.shape)
         self.places = [{c: (src, dst) for c, src, dst in dim} for dim in touched(sent.wanted(), sent.chunk)]
 
     def decode(self, at: int, frame: memoryview, out: np.ndarray | None = None) -> None:
@@ -198,23 +197,16 @@ def decode_chunks(body: bytes | bytearray | memoryview, verify: Verify = "chunks
     return ChunkDecoder(view, verify).finish(view.nbytes)
 
 
-def receive_chunks(body: Body, length: int, verify: Verify = "chunks") -> Features:
+def receive_chunks(
+    body: Body, length: int, verify: Verify = "chunks", defer: str | None = None
+) -> tuple[Features, ReceivedCopy | None]:
     """Receive a chunk body of `length` bytes from `body`, decoding it as it arrives. The body lands in recycled
     memory (not bytearray(length): it zero-fills under the GIL, 25% of a 12-thread read's GIL-held time on the GPU
-    host), which no decode still running can lose: each holds a view of it."""
+    host), which no decode still running can lose: each holds a view of it. With `defer`, that array of a full read
+    is left in its frames as a `ReceivedCopy` and out of the features' tensors (None where it was decoded as usual:
+    a slice, an fp8 entry's hidden states, `verify="full"`)."""
     view = memoryview(HOST_MEMORY.take(length))
-    decoder = ChunkDecoder(view, verify)
-    try:
-        return decoder.finish(fill(view, body, decoder.feed))
-    finally:
-        decoder.wait()
-
-
-def receive_for_copy(body: Body, length: int, name: str) -> tuple[Features, ReceivedCopy | None]:
-    """`receive_chunks`, with array `name` of a full read left in its frames as a `ReceivedCopy` (None where it was
-    decoded as usual: a slice, an fp8 entry's hidden states) and out of the features' tensors."""
-    view = memoryview(HOST_MEMORY.take(length))
-    decoder = ChunkDecoder(view, "chunks", defer=name)
+    decoder = ChunkDecoder(view, verify, defer)
     try:
         features = decoder.finish(fill(view, body, decoder.feed))
     finally:
