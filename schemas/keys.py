@@ -42,6 +42,8 @@ def is_model_revision(value: str) -> bool:
 MIN_PREFIX = 6
 PROMPT_PREFIX = re.compile(rf"^[0-9a-f]{{{MIN_PREFIX},64}}$")
 CONTENT_PREFIX = re.compile(rf"^(?:sha256:)?[0-9a-f]{{{MIN_PREFIX},64}}$")
+# a listing's cursor: ASCII digits the service handed out (catalogs count in signed 64-bit: 18 digits always fit)
+CURSOR = re.compile(r"^[0-9]{0,18}$")
 
 
 def check_prompt_hash_prefix(value: str) -> str:

@@ -15,7 +15,7 @@ from schemas.backend import measured_first
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
 from schemas.http import SAFETENSORS_MEDIA_TYPE, SERVED_HASH_HEADER
-from schemas.keys import EntryFilter, FeatureKey
+from schemas.keys import CURSOR, EntryFilter, FeatureKey
 from schemas.manifest import LAYER_ARRAYS, Manifest
 from schemas.tensors import RawTensor, TensorLayout
 from schemas.timestamps import stamp
@@ -235,9 +235,9 @@ class FeatureReader:
         return wire.body_length(layout, metadata)
 
     def entries(self, where: EntryFilter, limit: int, cursor: str | None) -> EntriesPage:
-        after = int(cursor) if cursor and cursor.isdigit() and len(cursor) <= 18 else None
-        if cursor and after is None:  # catalogs count in signed 64-bit: 18 digits always fit
+        if cursor and not CURSOR.match(cursor):
             raise InvalidRequest(f"cursor {cursor[:40]!r} is not one this service handed out")
+        after = int(cursor) if cursor else None
         found = self.versions.find(where, limit=limit + 1, after_seq=after or 0)
         page = found[:limit]
         next_cursor = str(page[-1].seq) if len(found) > limit and page else None

@@ -56,7 +56,7 @@ def list_entries(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[
         str | None,
-        Query(description="next_cursor of the previous page", json_schema_extra={"pattern": r"^[0-9]{0,18}$"}),
+        Query(description="next_cursor of the previous page", json_schema_extra={"pattern": keys.CURSOR.pattern}),
     ] = None,
 ) -> EntriesPage:
     where = EntryFilter(

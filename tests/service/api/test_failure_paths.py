@@ -63,7 +63,7 @@ def test_since_at_the_ends_of_the_date_range(counted: Counted, since: str) -> No
     assert counted.request("GET", "/healthz").status_code == 200 and counted.opened == 1
 
 
-@pytest.mark.parametrize("cursor", [str(2**63 + 5), "9" * 40, "-1", "1.5"])
+@pytest.mark.parametrize("cursor", [str(2**63 + 5), "9" * 40, "-1", "1.5", "²", "٣"])  # not ASCII digits either
 def test_cursors_past_what_a_catalog_counts(counted: Counted, cursor: str) -> None:
     assert_envelope(counted.request("GET", "/v1/entries", params={"cursor": cursor}), 422, "invalid_request")
     assert counted.request("GET", "/healthz").status_code == 200 and counted.opened == 1
