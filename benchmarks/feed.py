@@ -13,6 +13,8 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
   service-per-entry   the same, each entry decoded into an array of its own and then collated (`client.fetch`):
            the path before
   service-uncompressed   the service over a store of the same entries written with `codec = "uncompressed"`
+  cache-processes, service-processes   the same sources through `ProcessFeed`: the n cores split among worker
+           processes of two cores each, every batch collated (verified) into shared memory this process maps
   direct   chunks read straight from an S3-API server (moto here, which bounds it: its own raw ranged-GET rate is
            reported beside it), verified
   gpu-*    batches landed in device memory by `DeviceFeed` behind a synthetic 100 ms step (CUDA only), from
@@ -21,16 +23,19 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
              gpu-cache    the cache (`fetch_sample`), collated straight into pinned memory (`pad_collate(...,
                           pin_memory=True)`)
              gpu-service  the service, collated straight into pinned memory
+             gpu-cache-processes, gpu-service-processes   `ProcessFeed(..., pin_memory=True)`: its shared
+                          memory registered with CUDA, copied from as it lies
            pinned memory is allocated before the clock starts (a trainer pays for it once, in its first batches)
 
 Every variant runs in a process of its own, restricted to `n` cores (its CPU affinity; the decode pool sizes itself
-from it), with `n` threads each assembling whole batches, `n` batches ahead; the service's processes run on other
-cores where the machine has them. Each delivers one stream of batches: a warm-up (a pass over them, longer where
-the pipeline is deeper), the timed pass, then the pipeline's depth more; the clock runs from the arrival of the
-warm-up's last batch to that of the timed pass's last: the sustained rate of a training run of thousands of batches
-(the pipeline full at both ends, its memory recycled), with neither the fill nor the drain of a short run. Rounds
-interleave the variants and core counts; the best round counts. Per variant and core count: GB/s and tokens/s
-delivered, client CPU-s/GB, the share of the loop spent waiting, and the ratio to the anchor at the same core count.
+from it), with `n` threads each assembling whole batches, `n` batches ahead (a `ProcessFeed`: its own depth); the
+service's processes run on other cores where the machine has them. Each delivers one stream of batches: a warm-up (a
+pass over them, longer where the pipeline is deeper), the timed pass, then the pipeline's depth more; the clock runs
+from the arrival of the warm-up's last batch to that of the timed pass's last: the sustained rate of a training run
+of thousands of batches (the pipeline full at both ends, its memory recycled), with neither the fill nor the drain
+of a short run. Rounds interleave the variants and core counts; the best round counts. Per variant and core count:
+GB/s and tokens/s delivered, client CPU-s/GB (with a `ProcessFeed`'s workers), the share of the loop spent waiting,
+and the ratio to the anchor at the same core count.
 The last line is the JSON record.
 
     python benchmarks/feed.py --quick                                   # a few minutes on 2 cores
@@ -58,8 +63,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 GB = 1e9
 ROOT = Path(__file__).resolve().parents[1]
-CPU_VARIANTS = ("anchor", "anchor-recycled", "cache", "service", "service-per-entry", "service-uncompressed", "direct")
-GPU_VARIANTS = {"gpu-staged": ("cache", False), "gpu-cache": ("cache", True), "gpu-service": ("service", True)}
+CPU_VARIANTS = (
+    "anchor",
+    "anchor-recycled",
+    "cache",
+    "cache-processes",
+    "service",
+    "service-processes",
+    "service-per-entry",
+    "service-uncompressed",
+    "direct",
+)
+GPU_VARIANTS = {
+    "gpu-staged": ("cache", False),
+    "gpu-cache": ("cache", True),
+    "gpu-service": ("service", True),
+    "gpu-cache-processes": ("cache-processes", True),
+    "gpu-service-processes": ("service-processes", True),
+}
+# `ProcessFeed`: the cores split among worker processes of two cores each, two batches at a time in each
+PROCESSES = {"cache-processes": "cache", "service-processes": "service"}
 PER_ENTRY = ("service-per-entry", "gpu-staged")  # decoded and checked into arrays of their own, then collated
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
 
@@ -69,7 +92,7 @@ def measure(spec: dict) -> dict:
     """Deliver every batch of `spec` once from `spec["variant"]` on `spec["cores"]` cores; the figures."""
     import torch
 
-    from client import DeviceFeed, FeatureClient, pad_collate
+    from client import FeatureClient, pad_collate
     from schemas.keys import FeatureKey
 
     cores = sorted(os.sched_getaffinity(0))[: spec["cores"]]
@@ -90,6 +113,16 @@ def measure(spec: dict) -> dict:
             hidden = record["hidden_states"].view(ids.shape[0], spec["layers"], -1)
             return {"hidden_states": hidden, "input_ids": ids, "content_hash": key.content_hash}
 
+    elif source_variant in PROCESSES:
+        from client import ProcessFeed
+
+        feed = ProcessFeed(
+            spec["url"],
+            processes=max(1, n // 2),
+            threads=2,
+            cache_dir=spec["cache_dir"] if PROCESSES[source_variant] == "cache" else None,
+            pin_memory=pin,
+        )
     else:
         from client.torch_data import fetch_sample, to_sample
 
@@ -115,11 +148,15 @@ def measure(spec: dict) -> dict:
     # then the timed pass, then the pipeline's depth more so that it stays full. The clock runs from the arrival of
     # the warm-up's last batch to that of the timed pass's last, so the work in flight when it starts is the work in
     # flight when it stops: the sustained rate, no fill and no drain of a short run
-    warm = max(len(batches), n + 2)
-    stream = [batches[i % len(batches)] for i in range(warm + len(batches) + n)]
+    depth = feed.ahead if source_variant in PROCESSES else n
+    warm = max(len(batches), depth + 2)
+    stream = [batches[i % len(batches)] for i in range(warm + len(batches) + depth)]
     first, last = warm - 1, warm + len(batches) - 1
 
     def delivered() -> Iterator[dict]:
+        if source_variant in PROCESSES:
+            yield from feed.batches(stream)
+            return
         pool = ThreadPoolExecutor(n)
         try:
             ahead: deque[Future[dict]] = deque()
@@ -131,6 +168,14 @@ def measure(spec: dict) -> dict:
                 yield ahead.popleft().result()
         finally:
             pool.shutdown(cancel_futures=True)
+
+    def cpu_seconds() -> float:
+        """This process's CPU time, and its feed's worker processes'."""
+        pids = feed.pids if source_variant in PROCESSES else []
+        ticks = 0
+        for pid in pids:  # utime and stime, the 14th and 15th fields of /proc/PID/stat
+            ticks += sum(map(int, Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13]))
+        return time.process_time() + ticks / os.sysconf("SC_CLK_TCK")
 
     def consume(source: Iterator[dict], step: Callable[[], None]) -> dict:
         payload, tokens, waited, cpu, start = 0, 0, 0.0, 0.0, 0.0
@@ -146,9 +191,9 @@ def measure(spec: dict) -> dict:
                 payload += sum(int(length) * (hidden[0, 0].numel() * 2 + 8) for length in got["lengths"])
                 tokens += int(got["lengths"].sum())
             if index == first:
-                cpu, start = time.process_time(), arrived
+                cpu, start = cpu_seconds(), arrived
             if index == last:
-                elapsed, cpu = arrived - start, time.process_time() - cpu
+                elapsed, cpu = arrived - start, cpu_seconds() - cpu
                 break
             step()
         source.close()  # type: ignore[attr-defined]
@@ -160,14 +205,27 @@ def measure(spec: dict) -> dict:
             "mean_wait_ms": waited / len(batches) * 1000,
         }
 
-    if variant not in GPU_VARIANTS:
-        return consume(delivered(), lambda: None)
+    try:
+        if variant not in GPU_VARIANTS:
+            return consume(delivered(), lambda: None)
+        return _on_gpu(consume, delivered, spec, n, source_variant not in PROCESSES)
+    finally:
+        if source_variant in PROCESSES:
+            feed.close()
+
+
+def _on_gpu(consume: Callable, delivered: Callable, spec: dict, n: int, pinned_ahead: bool) -> dict:
+    import torch
+
+    from client import DeviceFeed
+
     depth = 2
-    # torch's caching host allocator keeps freed pinned blocks: one for every batch that can be alive at once
-    # (those assembled ahead, those queued and in flight in the feed, its slots), allocated and freed here
-    longest = spec["tokens"] * spec["layers"] * spec["hidden"] * 2 * batch
-    blocks = [torch.empty(longest, dtype=torch.uint8, pin_memory=True) for _ in range(n + 2 * depth + 3)]
-    del blocks
+    if pinned_ahead:
+        # torch's caching host allocator keeps freed pinned blocks: one for every batch that can be alive at once
+        # (those assembled ahead, those queued and in flight in the feed, its slots), allocated and freed here
+        longest = spec["tokens"] * spec["layers"] * spec["hidden"] * 2 * spec["batch"]
+        blocks = [torch.empty(longest, dtype=torch.uint8, pin_memory=True) for _ in range(n + 2 * depth + 3)]
+        del blocks
     cycles = _cycles_per_ms() * spec["step_ms"]
 
     def step() -> None:

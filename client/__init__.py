@@ -47,6 +47,7 @@ _TORCH_DATA = {
     "fetch_sample": "client.torch_data",
     "pack_collate": "client.collate",
     "pad_collate": "client.collate",
+    "ProcessFeed": "client.process_feed",
 }
 
 
@@ -88,6 +89,7 @@ __all__ = [
     "NotFoundError",
     "NotHsstoreError",
     "NotReadyError",
+    "ProcessFeed",
     "ReadOnlyError",
     "SGLangError",
     "SampleRejectedError",

@@ -9,6 +9,7 @@ import torch
 
 from client.chunk_checks import DeferredCopy
 from client.host_memory import HOST_MEMORY
+from schemas.manifest import HIDDEN_STATES
 from schemas.tensors import DTYPES
 from schemas.torch_tensors import TORCH_DTYPES
 
@@ -53,40 +54,59 @@ def pad_collate(samples: list[Sample], pin_memory: bool = False, recycle: bool =
 
     `recycle`: otherwise the hidden states land in memory of an earlier batch that nothing refers to any more
     (`client.host_memory`), not in fresh pages the kernel faults in and zeroes first."""
-    lengths = [s["input_ids"].shape[0] for s in samples]
-    longest = max(lengths)
-    first = samples[0]["hidden_states"]
-    dtype = TORCH_DTYPES[first.dtype] if isinstance(first, DeferredCopy) else first.dtype
-    # not zeros: zero-filling the whole batch costs a pass over it (torch.zeros ran at 1.4 GB/s per core on the GPU
-    # host, half the loader's time); only the pads are zeroed, below
-    hidden = _batch_memory((len(samples), longest, *first.shape[1:]), dtype, pin_memory, recycle)
-    batch: dict[str, Any] = {
-        "hidden_states": hidden,
-        "input_ids": torch.zeros((len(samples), longest), dtype=torch.long, pin_memory=pin_memory),
-        "attention_mask": torch.zeros((len(samples), longest), dtype=torch.bool, pin_memory=pin_memory),
-        "lengths": torch.tensor(lengths),
-        "content_hash": [s["content_hash"] for s in samples],
+    arrays = {
+        name: _batch_memory(shape, dtype, pin_memory, recycle and name == HIDDEN_STATES)
+        for name, (shape, dtype) in pad_layout(samples).items()
     }
-    per_token = {name: values for name in _PER_TOKEN if (values := _per_token(samples, name))}
-    for name, values in per_token.items():
-        shape, dtype = (len(samples), longest, *values[0].shape[1:]), _collated_dtype(values[0])
-        batch[name] = torch.zeros(shape, dtype=dtype, pin_memory=pin_memory)
+    return pad_into(samples, arrays)
+
+
+def pad_layout(samples: list[Sample]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The shape and dtype of each array `pad_collate` makes of `samples`."""
+    lengths = [s["input_ids"].shape[0] for s in samples]
+    rows, longest = len(samples), max(lengths)
+    first = samples[0][HIDDEN_STATES]
+    dtype = TORCH_DTYPES[first.dtype] if isinstance(first, DeferredCopy) else first.dtype
+    layout = {
+        HIDDEN_STATES: ((rows, longest, *first.shape[1:]), dtype),
+        "input_ids": ((rows, longest), torch.long),
+        "attention_mask": ((rows, longest), torch.bool),
+        "lengths": ((rows,), torch.long),
+    }
+    for name in _PER_TOKEN:
+        if (values := _per_token(samples, name)) is not None:
+            layout[name] = ((rows, longest, *values[0].shape[1:]), _collated_dtype(values[0]))
+    return layout
+
+
+def pad_into(samples: list[Sample], arrays: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """`pad_collate` into `arrays` (of `pad_layout(samples)`, in memory that may hold anything: every byte of the
+    batch is written, pads with 0)."""
+    lengths = [s["input_ids"].shape[0] for s in samples]
+    hidden = arrays[HIDDEN_STATES]
+    # not zeroed first: zero-filling the whole batch costs a pass over it (torch.zeros ran at 1.4 GB/s per core on
+    # the GPU host, half the loader's time); only the pads are zeroed, below. The small arrays are zeroed whole.
+    for name, values in arrays.items():
+        if name != HIDDEN_STATES:
+            values.zero_()
+    arrays["lengths"].copy_(torch.tensor(lengths))
+    per_token = {name: _per_token(samples, name) or [] for name in _PER_TOKEN if name in arrays}
     copying: list[tuple[DeferredCopy, list]] = []
     for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
-        source = sample["hidden_states"]
+        source = sample[HIDDEN_STATES]
         if isinstance(source, DeferredCopy):  # checked chunk by chunk as it lands, on the decode pool
             out = hidden[row, :length].view(torch.uint8).numpy().view(DTYPES[source.dtype][1])
             copying.append((source, source.start_copy(out.reshape(source.shape))))
         else:
             hidden[row, :length] = source
         hidden[row, length:] = 0
-        batch["input_ids"][row, :length] = sample["input_ids"]
-        batch["attention_mask"][row, :length] = True
+        arrays["input_ids"][row, :length] = sample["input_ids"]
+        arrays["attention_mask"][row, :length] = True
         for name, values in per_token.items():
-            batch[name][row, :length] = values[row]
+            arrays[name][row, :length] = values[row]
     for source, checks in copying:
         source.finish(checks)
-    return batch
+    return {**arrays, "content_hash": [s["content_hash"] for s in samples]}
 
 
 def _batch_memory(shape: tuple[int, ...], dtype: torch.dtype, pin_memory: bool, recycle: bool) -> torch.Tensor:

@@ -26,7 +26,8 @@ import numpy as np
 _STEPS = 16
 
 
-def _rounded(nbytes: int) -> int:
+def rounded(nbytes: int) -> int:
+    """`nbytes` rounded up to a sixteenth of its power of two."""
     if nbytes <= _STEPS:
         return nbytes
     step = 1 << max(0, nbytes.bit_length() - 1 - _STEPS.bit_length() + 1)
@@ -63,7 +64,7 @@ class RecycledMemory:
             fitting = [i for i in free if self._buffers[i].nbytes >= nbytes]
             if fitting:
                 return self._buffers[min(fitting, key=lambda i: self._buffers[i].nbytes)][:nbytes]
-            size = _rounded(nbytes)
+            size = rounded(nbytes)
             # room for a new one under the bound: free buffers dropped, the largest first
             dropped, held = set(), self.held()
             for i in sorted(free, key=lambda i: -self._buffers[i].nbytes):

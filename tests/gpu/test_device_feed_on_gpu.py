@@ -62,3 +62,26 @@ def test_batches_collated_into_pinned_memory_land_as_collated() -> None:
     for name, value in want.items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(landed[name].cpu(), value), name
+
+
+def test_a_process_feed_registers_its_memory_and_lands_batches_as_collated(live_url: str) -> None:
+    """`ProcessFeed(pin_memory=True)`: every tensor of a batch lies in shared memory registered with CUDA, which
+    `DeviceFeed` copies from in place, behind a step slower than the copies, epoch after epoch."""
+    from client import FeatureClient, ProcessFeed, fetch_sample
+
+    with FeatureClient(live_url) as client:
+        samples = [{"id": f"g{i}", "text": "def handler(event): return event " * (i + 2)} for i in range(6)]
+        client.extract(samples, featureset=["embed", 1, 2, 5])
+        keys = [m.feature_key() for m in client.entries()]
+        batches = [keys[i : i + 2] for i in range(0, len(keys), 2)]
+        want = [pad_collate([fetch_sample(client, k) for k in b]) for b in batches]
+    with ProcessFeed(live_url, processes=2, pin_memory=True) as feed:
+        held = next(iter(feed.batches(batches[:1])))
+        assert all(t.is_pinned() for t in held.values() if isinstance(t, torch.Tensor))
+        del held
+        for _ in range(3):
+            for landed, expected in zip(DeviceFeed(feed.batches(batches), "cuda"), want, strict=True):
+                torch.cuda._sleep(5_000_000)
+                for name, value in expected.items():
+                    if isinstance(value, torch.Tensor):
+                        assert landed[name].is_cuda and torch.equal(landed[name].cpu(), value), name

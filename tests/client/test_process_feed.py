@@ -1,0 +1,98 @@
+"""`ProcessFeed`: batches collated by worker processes into shared memory, against a real server."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from client import FeatureCache, FeatureClient, IntegrityError, ProcessFeed, fetch_sample, pad_collate
+from tests.support.flipping_proxy import FlippingProxy
+
+
+@pytest.fixture
+def stored(client: FeatureClient) -> list:
+    samples = [{"id": f"s{i}", "text": "def handler(event): return event " * (i + 1)} for i in range(8)]
+    client.extract(samples, featureset=["embed", 1, 2, 5])
+    return sorted(client.entries(), key=lambda m: m.seq)
+
+
+def _same(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for name, value in want.items():
+        assert torch.equal(got[name], value) if isinstance(value, torch.Tensor) else got[name] == value, name
+
+
+def _batches(stored: list) -> list[list]:
+    """Whole entries, a token range beside a whole entry, and two entries' layers 5 and 1 (in that order)."""
+    keys = [m.feature_key() for m in stored]
+    part = [{**k.model_dump(exclude_none=True), "layers": [5, 1]} for k in keys[6:8]]
+    return [keys[0:3], keys[3:5], [{**keys[0].model_dump(exclude_none=True), "tokens": (1, 6)}, keys[5]], part]
+
+
+@pytest.mark.parametrize("source", ["service", "cache"])
+def test_every_batch_is_pad_collates_bit_for_bit(live_url: str, stored: list, tmp_path: Path, source: str) -> None:
+    batches = _batches(stored)
+    with FeatureClient(live_url) as client:
+        want = [pad_collate([fetch_sample(client, k) for k in keys]) for keys in batches]
+    cache = tmp_path / "cache" if source == "cache" else None
+    if cache is not None:  # the second epoch's source: filled first
+        with FeatureClient(live_url, cache=FeatureCache(cache)) as filling:
+            filling.get_many([k for keys in batches for k in keys])
+    with ProcessFeed(live_url, processes=2, threads=2, cache_dir=cache) as feed:
+        for _ in range(2):  # the second epoch reuses the first's segments
+            for got, expected in zip(feed.batches(batches), want, strict=True):
+                _same(got, expected)
+
+
+def test_a_batch_held_is_never_written_and_memory_is_reused_once_let_go(live_url: str, stored: list) -> None:
+    """What the consumer holds keeps its bits while the workers go on filling (their segments are others); a
+    batch let go goes back, so a loop that drops each batch maps a bounded number of segments."""
+    batches = _batches(stored) * 4
+    with FeatureClient(live_url) as client:
+        want = [pad_collate([fetch_sample(client, k) for k in keys]) for keys in batches]
+    with ProcessFeed(live_url, processes=2, threads=2) as feed:
+        held = list(feed.batches(batches))
+        for _ in feed.batches(batches):  # a whole epoch more while every batch of the first is held
+            pass
+        for got, expected in zip(held, want, strict=True):
+            _same(got, expected)
+        mapped = sum(len(w.segments) for w in feed._workers)
+        assert mapped >= len(batches)  # each held batch has a segment of its own
+        del held, got
+        gc.collect()
+        for _ in range(3):
+            for got in feed.batches(batches):
+                del got
+        assert sum(len(w.segments) for w in feed._workers) <= mapped  # nothing new mapped: reused
+
+
+def test_a_flipped_byte_fails_the_batch_in_the_training_loop(live_url: str, stored: list) -> None:
+    host, port = live_url.removeprefix("http://").split(":")
+    proxy = FlippingProxy((host, int(port)), lambda n: n // 2)
+    try:
+        with ProcessFeed(proxy.url, processes=1, threads=1) as feed, pytest.raises(IntegrityError):
+            list(feed.batches([[stored[3].feature_key()]]))
+    finally:
+        proxy.close()
+
+
+def test_a_loop_that_stops_early_leaves_the_feed_usable(live_url: str, stored: list) -> None:
+    batches = _batches(stored) * 3
+    with FeatureClient(live_url) as client:
+        first = pad_collate([fetch_sample(client, k) for k in batches[0]])
+    with ProcessFeed(live_url, processes=2, threads=1) as feed:
+        for _ in feed.batches(batches):
+            break
+        _same(next(iter(feed.batches(batches))), first)
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang(live_url: str, stored: list) -> None:
+    with ProcessFeed(live_url, processes=1, threads=1) as feed:
+        os.kill(feed._workers[0].process.pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="feed worker 0 exited"):
+            list(feed.batches(_batches(stored)))
