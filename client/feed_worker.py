@@ -2,8 +2,9 @@
 into shared memory it hands to the consumer by file descriptor (a memfd: nothing in the file system to leak).
 
 One process cannot feed a training node: on the 16-core GPU host one client process on 12 cores delivered 9.4 GB/s
-from the disk cache and 4.4 from the service, the same 12 cores as 2-6 processes 15.8 and 7.0 (`scratch` runs of
-`benchmarks/feed.py`'s measurement, 2026-12-01): the per-chunk Python work serialises on one interpreter's lock.
+from the disk cache and 4.4 from the service, the same 12 cores as 2 to 6 processes 15.8 and 7.0 (2026-12-01,
+`benchmarks/feed.py`'s measurement run in that many processes at once): the per-chunk Python work serialises on one
+interpreter's lock.
 
 A segment is written only while the consumer does not hold it: the worker takes a free one (or maps a new one) for a
 batch, tells the consumer where the batch lies once every chunk of it is checked, and writes into that segment again

@@ -99,6 +99,7 @@ class ProcessFeed:
         exhausted = False
         try:
             while True:
+                self._hand_back()  # on every batch: with every batch ahead already in, nothing else would
                 while not exhausted and len(order) < self.ahead:
                     keys = next(todo, None)
                     if keys is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,16 @@ def test_a_batch_held_is_never_written_and_memory_is_reused_once_let_go(live_url
             for got in feed.batches(batches):
                 del got
         assert sum(len(w.segments) for w in feed._workers) <= mapped  # nothing new mapped: reused
+
+
+def test_a_consumer_slower_than_the_workers_gets_its_memory_reused(live_url: str, stored: list) -> None:
+    """Every batch ahead is in before the consumer asks: the segments it let go still go back, so the workers
+    map no more than the batches that can be alive at once (those ahead, the one held, one handed back late)."""
+    with ProcessFeed(live_url, processes=1, threads=1) as feed:
+        for batch in feed.batches(_batches(stored) * 4):
+            time.sleep(0.3)
+            del batch
+        assert len(feed._workers[0].segments) <= feed.ahead + 2
 
 
 def test_a_flipped_byte_fails_the_batch_in_the_training_loop(live_url: str, stored: list) -> None:

@@ -235,7 +235,7 @@ def test_jobs_print_ids_that_paste_back(live_url: str, prompts: Path) -> None:
 
 
 def test_window_status_without_a_schedule_says_the_gpu_is_always_ours(live_url: str) -> None:
-    assert "always open" in ok("window", "status", "--url", live_url)  # open/close: tests/test_cli_first_day.py
+    assert "always open" in ok("window", "status", "--url", live_url)  # open/close: tests/hsstore/test_cli_first_day.py
 
 
 def test_window_status_shows_the_next_scheduled_opening(settings: Settings, tiny_loaded: LoadedModel) -> None:
