@@ -14,7 +14,8 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
            the path before
   service-uncompressed   the service over a store of the same entries written with `codec = "uncompressed"`
   cache-processes, service-processes   the same sources through `ProcessFeed`: the n cores split among worker
-           processes of two cores each, every batch collated (verified) into shared memory this process maps
+           processes of two cores each, three batches each at once, every batch collated (verified) into shared
+           memory this process maps
   direct   chunks read straight from an S3-API server (moto here, which bounds it: its own raw ranged-GET rate is
            reported beside it), verified
   gpu-*    batches landed in device memory by `DeviceFeed` behind a synthetic 100 ms step (CUDA only), from
@@ -81,7 +82,8 @@ GPU_VARIANTS = {
     "gpu-cache-processes": ("cache-processes", True),
     "gpu-service-processes": ("service-processes", True),
 }
-# `ProcessFeed`: the cores split among worker processes of two cores each, two batches at a time in each
+# `ProcessFeed`: the cores split among worker processes of two cores each, three batches at a time in each (a
+# thread waits on its socket for much of a batch)
 PROCESSES = {"cache-processes": "cache", "service-processes": "service"}
 PER_ENTRY = ("service-per-entry", "gpu-staged")  # decoded and checked into arrays of their own, then collated
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
@@ -119,7 +121,7 @@ def measure(spec: dict) -> dict:
         feed = ProcessFeed(
             spec["url"],
             processes=max(1, n // 2),
-            threads=2,
+            threads=3,
             cache_dir=spec["cache_dir"] if PROCESSES[source_variant] == "cache" else None,
             pin_memory=pin,
         )
