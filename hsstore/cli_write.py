@@ -197,7 +197,7 @@ def warm(
                     backends=backend or ["auto"],
                     completion=completion,
                     priority=priority,
-                    layers=featureset,
+                    featureset=featureset,
                     run_now=now,
                 )
             except HsstoreError as exc:

@@ -13,7 +13,7 @@ from schemas.manifest import Manifest
 from schemas.timestamps import utc_now
 from service.catalog.protocol import KeyValue, VersionCatalog
 from service.errors import CorruptEntry, DatasetNotFound, InvalidRequest
-from service.storage.protocol import BlobStore
+from service.storage.protocol import Documents
 
 _NAME = "dataset:"  # the key/value table's names of datasets
 _PAGE = 5_000
@@ -21,7 +21,7 @@ _PAGE = 5_000
 
 class Datasets:
     def __init__(
-        self, resolve: Callable[[FeatureKey], Manifest], versions: VersionCatalog, store: BlobStore, kv: KeyValue
+        self, resolve: Callable[[FeatureKey], Manifest], versions: VersionCatalog, store: Documents, kv: KeyValue
     ) -> None:
         self.resolve, self.versions, self.store, self.kv = resolve, versions, store, kv
 

@@ -16,7 +16,7 @@ from service.catalog.protocol import JobStore, VersionCatalog
 from service.core.gate import configured
 from service.core.prepare import RequestPreparer
 from service.model.loader import ModelSpec
-from service.storage.protocol import BlobStore
+from service.storage.protocol import Blobs
 
 _SAMPLED_ENTRIES = 64  # stored entries a ratio is measured on
 _INT32, _FLOAT32, _UINT8 = 4, 4, 1
@@ -41,7 +41,7 @@ class Estimator:
         spec: ModelSpec | None,
         preparer: RequestPreparer,
         versions: VersionCatalog,
-        store: BlobStore,
+        store: Blobs,
         jobs: JobStore,
         codec: StoreCodec,
     ) -> None:

@@ -7,10 +7,10 @@ from service.core.windows import Windows
 from service.errors import HsstoreError
 from service.model.manager import ModelManager
 from service.settings import Settings
-from service.storage.protocol import BlobStore
+from service.storage.protocol import Blobs
 
 
-def startup_lines(settings: Settings, models: ModelManager | None, store: BlobStore, windows: Windows) -> list[str]:
+def startup_lines(settings: Settings, models: ModelManager | None, store: Blobs, windows: Windows) -> list[str]:
     """What an operator needs to see when the service starts: where, which model, what it can run, where it
     keeps data, whether anyone can call it."""
     lines = [f"hsstore {__version__} listening on http://{settings.host}:{settings.port} (API docs at /docs)"]

@@ -15,14 +15,14 @@ from schemas.manifest import IntegrityRecord, Manifest
 from schemas.states import Integrity
 from schemas.timestamps import utc_now
 from service.catalog.protocol import KeyValue, VersionCatalog
-from service.storage.protocol import BlobStore, Selection
+from service.storage.protocol import Blobs, Selection
 
 RESUME_AFTER = "verify.after_seq"  # the catalog position a scrub has checked up to
 _PAGE = 256
 
 
 class Verifier:
-    def __init__(self, store: BlobStore, versions: VersionCatalog, kv: KeyValue) -> None:
+    def __init__(self, store: Blobs, versions: VersionCatalog, kv: KeyValue) -> None:
         self.store = store
         self.versions = versions
         self.kv = kv

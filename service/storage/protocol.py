@@ -39,8 +39,8 @@ class LocatedArray:
     chunks: list[tuple[int, int, int]]
 
 
-class BlobStore(Protocol):
-    """Write-once tensor groups named by their content hash, plus the manifest documents that point at them."""
+class Blobs(Protocol):
+    """Write-once tensor groups named by their content hash."""
 
     read_only: bool  # a replica's store: reads only, every write refused with ReadOnly
 
@@ -61,6 +61,23 @@ class BlobStore(Protocol):
         metadata is checked against it and, with `check_digests`, every chunk read against its recorded digest;
         ValueError for any difference."""
 
+    def stored_bytes(self, content_hash: str) -> int:
+        """What the blob takes in the store (metadata included); KeyError if absent."""
+
+    def exists(self, content_hash: str) -> bool: ...
+
+    def delete(self, content_hash: str) -> bool: ...
+
+    def iter(self) -> Iterator[str]:
+        """Content hashes of every published blob."""
+
+    def ping(self) -> None:
+        """Raise if the store cannot be reached."""
+
+
+class StoredChunks(Protocol):
+    """A blob's chunks as they are stored, for bodies sent without decoding and for reads straight from the store."""
+
     def locate(
         self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo]
     ) -> dict[str, LocatedArray] | None:
@@ -76,18 +93,15 @@ class BlobStore(Protocol):
         """A URL a client may GET (with Range) the array's shard from for `expires_s` seconds, without credentials
         of its own; None where the store has none to give (a local disk)."""
 
-    def stored_bytes(self, content_hash: str) -> int:
-        """What the blob takes in the store (metadata included); KeyError if absent."""
 
-    def exists(self, content_hash: str) -> bool: ...
-
-    def delete(self, content_hash: str) -> bool: ...
-
-    def iter(self) -> Iterator[str]:
-        """Content hashes of every published blob."""
+class Documents(Protocol):
+    """The documents kept beside the blobs: manifests (what a catalog is rebuilt from) and dataset indexes."""
 
     def put_manifest(self, name: str, document: bytes) -> None:
         """Write a manifest document atomically (idempotent for one name)."""
+
+    def iter_manifests(self) -> Iterator[tuple[str, bytes]]:
+        """Every manifest document as (the name it was put under, its bytes)."""
 
     def put_dataset(self, name: str, index: bytes) -> None:
         """Keep a dataset index under `name` (its id's hex): idempotent, one name one index."""
@@ -95,8 +109,7 @@ class BlobStore(Protocol):
     def get_dataset(self, name: str) -> bytes | None:
         """The dataset index kept under `name`, or None."""
 
-    def iter_manifests(self) -> Iterator[tuple[str, bytes]]:
-        """Every manifest document as (the name it was put under, its bytes)."""
 
-    def ping(self) -> None:
-        """Raise if the store cannot be reached."""
+class BlobStore(Blobs, StoredChunks, Documents, Protocol):
+    """What a storage engine implements: the three parts, each with its part of the contract suite
+    (`service.storage.testing`); a service part is handed the narrowest it needs."""

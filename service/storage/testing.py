@@ -1,6 +1,6 @@
 """The contract suite every blob store passes unchanged, shipped with the protocol (as zarr ships
-`zarr.testing.store.StoreTests`): a test module subclasses `BlobStoreTests` and provides the fixture `store`, an empty
-BlobStore of its engine."""
+`zarr.testing.store.StoreTests`): a test module subclasses `BlobStoreTests` (the three parts below, one per
+protocol of `service.storage.protocol`) and provides the fixture `store`, an empty BlobStore of its engine."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from schemas.chunks import crc_ok
 from schemas.content_hash import content_hash
 from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
-from service.storage.protocol import BlobStore, Selection
+from service.storage.protocol import Blobs, BlobStore, Documents, Selection
 
 
 def tensors(seed: int = 0, tokens: int = 300, layers: int = 3, hidden: int = 16) -> list[RawTensor]:
@@ -24,8 +24,10 @@ def tensors(seed: int = 0, tokens: int = 300, layers: int = 3, hidden: int = 16)
     ]
 
 
-class BlobStoreTests:
-    def test_round_trip_is_bit_exact(self, store: BlobStore) -> None:
+class BlobsTests:
+    """`Blobs`: write once, read whole or in part, checked against the record of the write."""
+
+    def test_round_trip_is_bit_exact(self, store: Blobs) -> None:
         written = tensors()
         digest = content_hash(written)
         assert store.put_if_absent(digest, written).written is True
@@ -34,7 +36,7 @@ class BlobStoreTests:
         assert content_hash(read.values()) == digest
         assert {t.name: t.dtype for t in read.values()} == {t.name: t.dtype for t in written}
 
-    def test_second_put_of_same_content_is_a_no_op(self, store: BlobStore) -> None:
+    def test_second_put_of_same_content_is_a_no_op(self, store: Blobs) -> None:
         written = tensors()
         digest = content_hash(written)
         first = store.put_if_absent(digest, written)
@@ -43,7 +45,7 @@ class BlobStoreTests:
         assert again.chunks == first.chunks  # one content, one layout, one set of digests
         assert list(store.iter()) == [digest]
 
-    def test_slices_match_numpy_slices(self, store: BlobStore) -> None:
+    def test_slices_match_numpy_slices(self, store: Blobs) -> None:
         written = tensors(tokens=300)
         digest = content_hash(written)
         store.put_if_absent(digest, written)
@@ -53,7 +55,7 @@ class BlobStoreTests:
         assert np.array_equal(part["input_ids"].numpy(), written[1].numpy()[70:201])
         assert part["hidden_states"].dtype == "bfloat16"
 
-    def test_stored_bytes(self, store: BlobStore) -> None:
+    def test_stored_bytes(self, store: Blobs) -> None:
         zeros = [RawTensor.from_numpy("hidden_states", "bfloat16", np.zeros((512, 2, 64), np.uint16))]
         digest = content_hash(zeros)
         store.put_if_absent(digest, zeros)
@@ -61,12 +63,12 @@ class BlobStoreTests:
         with pytest.raises(KeyError):
             store.stored_bytes("sha256:" + "0" * 64)
 
-    def test_missing_blob_raises_key_error(self, store: BlobStore) -> None:
+    def test_missing_blob_raises_key_error(self, store: Blobs) -> None:
         with pytest.raises(KeyError):
             store.get("sha256:" + "0" * 64)
         assert not store.exists("sha256:" + "0" * 64)
 
-    def test_delete_and_iter(self, store: BlobStore) -> None:
+    def test_delete_and_iter(self, store: Blobs) -> None:
         digests = []
         for seed in range(3):
             written = tensors(seed, tokens=10)
@@ -77,22 +79,10 @@ class BlobStoreTests:
         assert store.delete(digests[0]) is False
         assert sorted(store.iter()) == sorted(digests[1:])
 
-    def test_dataset_indexes(self, store: BlobStore) -> None:
-        assert store.get_dataset("ab" * 32) is None
-        store.put_dataset("ab" * 32, b"HSDS one")
-        store.put_dataset("ab" * 32, b"HSDS one")
-        assert store.get_dataset("ab" * 32) == b"HSDS one"
-
-    def test_manifest_documents(self, store: BlobStore) -> None:
-        store.put_manifest("ab" * 32, b'{"a": 1}')
-        store.put_manifest("ab" * 32, b'{"a": 1}')
-        store.put_manifest("cd" * 32, b'{"b": 2}')
-        assert sorted(store.iter_manifests()) == [("ab" * 32, b'{"a": 1}'), ("cd" * 32, b'{"b": 2}')]
-
-    def test_ping(self, store: BlobStore) -> None:
+    def test_ping(self, store: Blobs) -> None:
         store.ping()
 
-    def test_an_empty_axis1_selection_reads_no_columns(self, store: BlobStore) -> None:
+    def test_an_empty_axis1_selection_reads_no_columns(self, store: Blobs) -> None:
         written = tensors(tokens=50)
         digest = content_hash(written)
         store.put_if_absent(digest, written)
@@ -100,7 +90,7 @@ class BlobStoreTests:
         assert part["hidden_states"].shape == (50, 0, 16)
         assert np.array_equal(part["input_ids"].numpy(), written[1].numpy())
 
-    def test_reads_are_checked_against_what_was_written(self, store: BlobStore) -> None:
+    def test_reads_are_checked_against_what_was_written(self, store: Blobs) -> None:
         written = tensors(tokens=300)
         digest = content_hash(written)
         chunks = store.put_if_absent(digest, written).chunks
@@ -120,6 +110,10 @@ class BlobStoreTests:
                     Selection(rows=(0, 10)),
                     dict(infos, **{name: infos[name].model_copy(update={"chunks": wrong_digest})}),
                 )
+
+
+class StoredChunksTests:
+    """`StoredChunks` (over a store that can also write the blobs it locates)."""
 
     def test_located_chunks_are_the_stored_chunks(self, store: BlobStore) -> None:
         """What `locate` + `read_located` give (the chunk wire format's body) decodes to exactly the chunks the
@@ -148,3 +142,23 @@ class BlobStoreTests:
         assert {at % per_row for at, _, _ in located["hidden_states"].chunks} == {0, 2}  # only the layers asked
         with pytest.raises(KeyError):
             store.locate("sha256:" + "0" * 64, Selection(), infos)
+
+
+class DocumentsTests:
+    """`Documents`: manifests and dataset indexes, idempotent by name."""
+
+    def test_dataset_indexes(self, store: Documents) -> None:
+        assert store.get_dataset("ab" * 32) is None
+        store.put_dataset("ab" * 32, b"HSDS one")
+        store.put_dataset("ab" * 32, b"HSDS one")
+        assert store.get_dataset("ab" * 32) == b"HSDS one"
+
+    def test_manifest_documents(self, store: Documents) -> None:
+        store.put_manifest("ab" * 32, b'{"a": 1}')
+        store.put_manifest("ab" * 32, b'{"a": 1}')
+        store.put_manifest("cd" * 32, b'{"b": 2}')
+        assert sorted(store.iter_manifests()) == [("ab" * 32, b'{"a": 1}'), ("cd" * 32, b'{"b": 2}')]
+
+
+class BlobStoreTests(BlobsTests, StoredChunksTests, DocumentsTests):
+    """The whole suite, for an engine that is all three."""

@@ -172,5 +172,5 @@ def test_the_cli_and_jsonl_jobs_take_the_whole_featureset(live_url: str, client:
     refused = CliRunner().invoke(cli, ["extract", str(prompts), "--url", live_url, "--top-k", "8"])
     assert refused.exit_code != 0 and "give its --layers too" in refused.output
 
-    job = client.submit_job(jsonl=prompts.read_bytes(), layers=wanted)
+    job = client.submit_job(jsonl=prompts.read_bytes(), featureset=wanted)
     assert job.featureset_id == wanted.id

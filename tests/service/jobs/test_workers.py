@@ -113,7 +113,7 @@ def test_a_worker_killed_mid_item_loses_it_to_the_other_and_every_sample_is_stor
     api = server_process({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "api"), "HSSTORE_RUN_JOBS": "false"}).start()
     samples = [{"id": f"w{i}", "text": f"def worker_{i}(x): return x + {i}\n" * (3 + i)} for i in range(6)]
     with FeatureClient(api.url) as client:
-        job = client.submit_job(samples, backends=["torch"], layers=["embed", 2])
+        job = client.submit_job(samples, backends=["torch"], featureset=["embed", 2])
         time.sleep(1.0)
         assert client.job(job.id).done == 0  # nobody runs it yet: the API replica runs no jobs
 
