@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import Future, wait
 from typing import Any
 
 import torch
@@ -91,21 +92,26 @@ def pad_into(samples: list[Sample], arrays: dict[str, torch.Tensor]) -> dict[str
             values.zero_()
     arrays["lengths"].copy_(torch.tensor(lengths))
     per_token = {name: _per_token(samples, name) or [] for name in _PER_TOKEN if name in arrays}
-    copying: list[tuple[DeferredCopy, list]] = []
-    for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
-        source = sample[HIDDEN_STATES]
-        if isinstance(source, DeferredCopy):  # checked chunk by chunk as it lands, on the decode pool
-            out = hidden[row, :length].view(torch.uint8).numpy().view(DTYPES[source.dtype][1])
-            copying.append((source, source.start_copy(out.reshape(source.shape))))
-        else:
-            hidden[row, :length] = source
-        hidden[row, length:] = 0
-        arrays["input_ids"][row, :length] = sample["input_ids"]
-        arrays["attention_mask"][row, :length] = True
-        for name, values in per_token.items():
-            arrays[name][row, :length] = values[row]
-    for source, checks in copying:
-        source.finish(checks)
+    copying: list[tuple[DeferredCopy, list[Future]]] = []
+    try:
+        for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
+            source = sample[HIDDEN_STATES]
+            if isinstance(source, DeferredCopy):  # checked chunk by chunk as it lands, on the decode pool
+                out = hidden[row, :length].view(torch.uint8).numpy().view(DTYPES[source.dtype][1])
+                copying.append((source, source.start_copy(out.reshape(source.shape))))
+            else:
+                hidden[row, :length] = source
+            hidden[row, length:] = 0
+            arrays["input_ids"][row, :length] = sample["input_ids"]
+            arrays["attention_mask"][row, :length] = True
+            for name, values in per_token.items():
+                arrays[name][row, :length] = values[row]
+        for source, checks in copying:
+            source.finish(checks)
+    except BaseException:
+        # no copy may go on writing into memory its caller is about to reuse (a ProcessFeed segment is)
+        wait([future for _, checks in copying for future in checks])
+        raise
     return {**arrays, "content_hash": [s["content_hash"] for s in samples]}
 
 

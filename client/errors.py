@@ -68,6 +68,11 @@ class NotFoundError(HsstoreError):
     pass
 
 
+class ExtractionFailedError(HsstoreError):
+    """The job extracting a dataset's missing samples (cache-through reads) failed, was cancelled, or rejected the
+    sample read."""
+
+
 class JobNotFoundError(NotFoundError):
     pass
 

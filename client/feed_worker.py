@@ -20,9 +20,10 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import StrEnum
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,11 +32,22 @@ from client.host_memory import rounded
 
 ALIGN = 64  # each array of a batch starts on a cache line
 Layout = list[tuple[str, str, tuple[int, ...], int]]  # (name, torch dtype name, shape, offset)
+
+
 # messages, consumer to worker: (JOB, job, items), (RELEASE, segment), (STOP,)
 # worker to consumer: (DONE, job, segment, size, new, layout, content_hashes, dropped) (new: its fd follows),
 # (FAILED, job, exception)
-Message = Literal["job", "release", "stop", "done", "failed"]
-JOB, RELEASE, STOP, DONE, FAILED = "job", "release", "stop", "done", "failed"
+class Kind(StrEnum):
+    """What a message between a consumer and a worker is."""
+
+    JOB = "job"
+    RELEASE = "release"
+    STOP = "stop"
+    DONE = "done"
+    FAILED = "failed"
+
+
+JOB, RELEASE, STOP, DONE, FAILED = Kind
 
 
 def placed(layout: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> tuple[Layout, int]:

@@ -55,6 +55,8 @@ class _Worker:
 
 
 class ProcessFeed:
+    """Worker processes that turn batches of keys into collated, verified batches in shared memory."""
+
     def __init__(
         self,
         base_url: str,
@@ -93,9 +95,9 @@ class ProcessFeed:
     def batches(self, batches: Iterable[Sequence[Manifest | KeyLike]]) -> Iterator[dict[str, Any]]:
         """Each batch of keys as one collated batch, in order, up to `processes * (threads + 1)` assembled ahead."""
         todo = iter(batches)
-        pending: dict[int, int] = {}  # job -> worker, in the order they are to be yielded
-        arrived: dict[int, Any] = {}
-        order: deque[int] = deque()
+        pending: dict[int, int] = {}  # job -> worker: sent, not yet in
+        arrived: dict[int, Any] = {}  # job -> its batch, or the exception that is its outcome
+        order: deque[int] = deque()  # the jobs sent and not yet yielded, in the order they are to be yielded
         exhausted = False
         try:
             while True:
@@ -105,6 +107,8 @@ class ProcessFeed:
                     if keys is None:
                         exhausted = True
                         break
+                    if not keys:
+                        raise ValueError("a batch of no keys")
                     order.append(self._submit([key_of(k) for k in keys], pending))
                 if not order:
                     return

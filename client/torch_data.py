@@ -10,24 +10,27 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from client.cache import FeatureCache
+from client.cache_through import ExtractAhead
 from client.chunk_checks import DeferredCopy
 from client.client import FeatureClient
 from client.collate import Sample
 from client.errors import StoreUnavailableError
 from client.features import Features
-from client.keys import KeyLike, batch_item
+from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
 from schemas.api import BatchItem
-from schemas.featureset import LayerId
+from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, Manifest
+
+OnMissing = Literal["error", "extract", "wait"]
 
 
 def to_sample(features: Features, dequantise: bool = True, hidden: DeferredCopy | None = None) -> Sample:
@@ -92,24 +95,48 @@ class _ClientPerProcess:
 
 
 class FeatureDataset(Dataset[Sample]):
-    """Map-style: item i is the features of `keys[i]` (a manifest, or a dict of `FeatureClient.get` arguments)."""
+    """Map-style: item i is the features of `keys[i]` (a manifest, or a dict of `FeatureClient.get` arguments), or
+    of `samples[i]` (prompts, read as `featureset` from `backend`)."""
 
     def __init__(
         self,
         base_url: str,
-        keys: Sequence[Manifest | KeyLike],
+        keys: Sequence[Manifest | KeyLike] | None = None,
         *,
+        samples: Sequence[Mapping[str, Any]] | None = None,
+        featureset: FeatureSet | Sequence[LayerId] | None = None,
+        backend: str | None = None,
+        on_missing: OnMissing = "error",
+        priority: int = 10,
         token: str | None = None,
         layers: Sequence[LayerId] | None = None,
         cache_dir: str | Path | None = None,
         cache_bytes: int = 64 * 1024**3,
         dequantise: bool = True,
     ) -> None:
-        """`dequantise=False`: fp8 featuresets come as stored (see `to_sample`), for `DeviceFeed` to dequantise."""
-        self.keys = [key_of(k) for k in keys]
+        """`dequantise=False`: fp8 featuresets come as stored (see `to_sample`), for `DeviceFeed` to dequantise.
+
+        `on_missing` (with `samples`): "error", a sample not stored is a NotFoundError; "extract", what is missing
+        is submitted now as one warm job of `priority` (`client.cache_through`), and a read of a sample it has not
+        stored yet waits for it; "wait", a read waits for another process's job (on several ranks, let rank 0
+        extract and the others wait)."""
+        if (keys is None) == (samples is None):
+            raise ValueError("give keys or samples")
+        if samples is not None and featureset is None:
+            raise ValueError("samples need a featureset: the layers (or FeatureSet) to read them as")
+        chosen = featureset_of(featureset)
+        self.samples = [dict(s) for s in samples] if samples is not None else None
+        if self.samples is not None:
+            keys = [key_of_parts(s, backend=backend, featureset=chosen) for s in self.samples]
+        self.keys = [key_of(k) for k in keys or []]
         self.layers = list(layers) if layers is not None else None
         self.dequantise = dequantise
         self._clients = _ClientPerProcess(base_url, token, cache_dir, cache_bytes)
+        self._ahead: ExtractAhead | None = None
+        if self.samples is not None and on_missing == "extract":
+            self._ahead = ExtractAhead.submit(self._clients.get(), self.samples, chosen, backend, priority)
+        elif self.samples is not None and on_missing == "wait":
+            self._ahead = ExtractAhead(None)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -117,7 +144,13 @@ class FeatureDataset(Dataset[Sample]):
     def __getitem__(self, index: int) -> Sample:
         item = self.keys[index]
         client = self._clients.get()
-        return to_sample(retrying(client.fetch, item.key, self.layers or item.layers, item.tokens), self.dequantise)
+        if self._ahead is not None and self.samples is not None:
+            features = self._ahead.wait(
+                client, self.samples[index], lambda: client.fetch(item.key, self.layers or item.layers, item.tokens)
+            )
+        else:
+            features = retrying(client.fetch, item.key, self.layers or item.layers, item.tokens)
+        return to_sample(features, self.dequantise)
 
 
 class EntryStream(IterableDataset[Sample]):

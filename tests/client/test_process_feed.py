@@ -6,12 +6,15 @@ import gc
 import os
 import signal
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from client import FeatureCache, FeatureClient, IntegrityError, ProcessFeed, fetch_sample, pad_collate
+from client.chunk_checks import DeferredCopy
 from tests.support.flipping_proxy import FlippingProxy
 
 
@@ -107,3 +110,38 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(live_url: str, stored: list) 
         os.kill(feed._workers[0].process.pid, signal.SIGKILL)
         with pytest.raises(RuntimeError, match="feed worker 0 exited"):
             list(feed.batches(_batches(stored)))
+
+
+class _SlowCopy(DeferredCopy):
+    """A deferred copy whose chunks land late, the first of which fails its check."""
+
+    def __init__(self, rows: int, fails: bool) -> None:
+        self.name, self.dtype, self.shape, self.fails = "hidden_states", "bfloat16", (rows, 2, 4), fails
+        self.pool, self.started = ThreadPoolExecutor(2), []
+
+    def start_copy(self, out: np.ndarray) -> list[Future]:
+        def land() -> bool:
+            time.sleep(0.3)
+            out[...] = 1
+            return True
+
+        self.started = [self.pool.submit(land) for _ in range(2)]
+        return self.started
+
+    def finish(self, copying: list[Future]) -> None:
+        if self.fails:
+            raise IntegrityError("hidden_states: a chunk differs")
+        for future in copying:
+            future.result()
+
+
+def test_a_failed_collate_leaves_no_copy_writing_into_its_memory() -> None:
+    """A worker reuses a failed batch's segment at once: every copy into it has ended when the error is raised."""
+    sources = [_SlowCopy(3, fails=True), _SlowCopy(5, fails=False)]
+    samples = [
+        {"hidden_states": s, "input_ids": torch.zeros(s.shape[0], dtype=torch.int32), "content_hash": f"h{i}"}
+        for i, s in enumerate(sources)
+    ]
+    with pytest.raises(IntegrityError):
+        pad_collate(samples)
+    assert all(future.done() for s in sources for future in s.started)  # each took 0.3 s: waited for
