@@ -13,6 +13,7 @@ only after the consumer has said it was released (`RELEASE`, sent when the last 
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import pickle
@@ -119,7 +120,8 @@ class _Segments:
                 self.free[segment.id] = segment
                 return
             self.dropped.append(segment.id)  # the consumer unmaps its mapping when told
-            segment.memory.close()
+            with contextlib.suppress(BufferError):  # a failed batch's views may linger: then it goes with them
+                segment.memory.close()
 
     def told(self) -> list[int]:
         with self.lock:

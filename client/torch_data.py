@@ -144,12 +144,14 @@ class FeatureDataset(Dataset[Sample]):
     def __getitem__(self, index: int) -> Sample:
         item = self.keys[index]
         client = self._clients.get()
+
+        def fetch() -> Features:
+            return retrying(client.fetch, item.key, self.layers or item.layers, item.tokens)
+
         if self._ahead is not None and self.samples is not None:
-            features = self._ahead.wait(
-                client, self.samples[index], lambda: client.fetch(item.key, self.layers or item.layers, item.tokens)
-            )
+            features = self._ahead.wait(client, self.samples[index], fetch)
         else:
-            features = retrying(client.fetch, item.key, self.layers or item.layers, item.tokens)
+            features = fetch()
         return to_sample(features, self.dequantise)
 
 
