@@ -35,7 +35,7 @@ class VersionCatalog(Protocol):
         """Raise if the catalog cannot be reached."""
 
 
-class JobStore(Protocol):
+class Jobs(Protocol):
     """Warm jobs and their items (one per sample and backend), so a restart resumes where the last process stopped."""
 
     def create_job(self, job: JobRecord, items: list[NewItem]) -> None:
@@ -71,6 +71,10 @@ class JobStore(Protocol):
 
     def pending_items(self, job_id: str, limit: int, needing_completion: bool = False) -> list[JobItem]: ...
 
+
+class Leases(Protocol):
+    """Items leased to workers: claimed, kept alive by a heartbeat, taken over when a lease runs out, finished."""
+
     def claim_items(
         self, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None = None
     ) -> list[JobItem]:
@@ -99,12 +103,21 @@ class JobStore(Protocol):
         """Record an item's outcome; with `worker`, only while that worker still holds its lease (a worker whose
         lease ran out and was taken over records nothing). Whether it was recorded."""
 
+
+class Completions(Protocol):
+    """The reference completions of a job's samples (SGLang's, or the target's as a fallback)."""
+
     def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
         """A reference completion for sample `index` of a job, shared by all its backends."""
 
     def fall_back_to_target(self, job_id: str, index: int) -> None:
         """Sample `index` gets no reference completion (SGLang refused it): the target generates one when it runs;
         `pending_items(needing_completion=True)` no longer lists it."""
+
+
+class JobStore(Jobs, Leases, Completions, Protocol):
+    """What a catalog engine implements for warm jobs: the three parts, each with its part of the contract suite
+    (`service.catalog.testing`)."""
 
 
 class KeyValue(Protocol):

@@ -3,7 +3,8 @@
 
 - `VersionCatalogTests` needs `open_versions`: a callable that opens a VersionCatalog over one database (calling it
   again reopens the same one).
-- `JobStoreTests` needs `jobs`: a JobStore. `KeyValueTests` needs `kv`: a KeyValue.
+- `JobStoreTests` (= `JobsTests` + `LeasesTests` + `CompletionsTests`) needs `jobs`: a JobStore.
+- `KeyValueTests` needs `kv`: a KeyValue.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def _job(id_: str, priority: int, created: str, run_now: bool = False) -> JobRec
     )
 
 
-class JobStoreTests:
+class JobsTests:
+    """`Jobs`: created whole, run by priority then age, their states, errors, work and listing."""
+
     def test_jobs_run_by_priority_then_age_and_windowed_jobs_wait(self, jobs: JobStore) -> None:
         jobs.create_job(_job("old", 0, "2026-11-30T01:00:00Z"), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)])
         jobs.create_job(_job("urgent", 5, "2026-11-30T02:00:00Z"), [NewItem(0, "torch", {"text": "b"}, "b" * 64, None)])
@@ -124,17 +127,6 @@ class JobStoreTests:
         assert jobs.pending_items("now", 10, needing_completion=True) == []
         jobs.finish_item(item, ItemState.DONE, content_hash="sha256:" + "0" * 64)
         assert jobs.job_counts("now") == {"done": 1, "completions_fetched": 1}
-
-    def test_a_sample_sglang_refuses_falls_back_to_the_target(self, jobs: JobStore) -> None:
-        items = [
-            NewItem(i, backend, {"text": str(i)}, str(i) * 64, 8) for i in range(2) for backend in ("torch", "fla")
-        ]
-        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
-        jobs.fall_back_to_target("j", 0)
-        assert {i.index for i in jobs.pending_items("j", 10, needing_completion=True)} == {1}
-        refused = [i for i in jobs.pending_items("j", 10) if i.index == 0]
-        assert len(refused) == 2 and all(i.completion_ids is None for i in refused)
-        assert {i.completion_source for i in refused} == {"greedy:target"}
 
     def test_states_errors_and_work(self, jobs: JobStore) -> None:
         items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(3)]
@@ -169,6 +161,10 @@ class JobStoreTests:
         else:
             raise AssertionError("a job with a duplicate item was accepted")
         assert jobs.get_job("broken") is None and jobs.pending_items("broken", 10) == []
+
+
+class LeasesTests:
+    """`Leases`: one worker at a time per item, taken over when a lease runs out."""
 
     def test_claims_lease_items_to_one_worker_at_a_time(self, jobs: JobStore) -> None:
         items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(5)]
@@ -225,6 +221,26 @@ class JobStoreTests:
             claimed = list(pool.map(drain, ["a", "b", "c", "d"]))
         every = [index for taken in claimed for index in taken]
         assert sorted(every) == list(range(60))  # each item exactly once
+
+
+class CompletionsTests:
+    """`Completions`: a refused sample falls back to the target."""
+
+    def test_a_sample_sglang_refuses_falls_back_to_the_target(self, jobs: JobStore) -> None:
+        items = [
+            NewItem(i, backend, {"text": str(i)}, str(i) * 64, 8) for i in range(2) for backend in ("torch", "fla")
+        ]
+        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        jobs.fall_back_to_target("j", 0)
+        assert {i.index for i in jobs.pending_items("j", 10, needing_completion=True)} == {1}
+        refused = [i for i in jobs.pending_items("j", 10) if i.index == 0]
+        assert len(refused) == 2 and all(i.completion_ids is None for i in refused)
+        assert {i.completion_source for i in refused} == {"greedy:target"}
+
+
+class JobStoreTests(JobsTests, LeasesTests, CompletionsTests):
+    """The whole suite for warm jobs, for an engine that is all three (each part takes a JobStore: it sets
+    jobs up)."""
 
 
 class KeyValueTests:

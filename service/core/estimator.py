@@ -12,7 +12,7 @@ from schemas.codecs import MEASURED_RATIO, StoreCodec
 from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter
 from schemas.tensors import DTYPES
-from service.catalog.protocol import JobStore, VersionCatalog
+from service.catalog.protocol import Jobs, VersionCatalog
 from service.core.gate import configured
 from service.core.prepare import RequestPreparer
 from service.model.loader import ModelSpec
@@ -42,7 +42,7 @@ class Estimator:
         preparer: RequestPreparer,
         versions: VersionCatalog,
         store: Blobs,
-        jobs: JobStore,
+        jobs: Jobs,
         codec: StoreCodec,
     ) -> None:
         self.spec = spec  # None on a replica without a model: nothing to estimate with
