@@ -107,6 +107,7 @@ def measure(spec: dict) -> dict:
     source_variant, pin = GPU_VARIANTS.get(variant, (variant, False))
     recycle = variant != "anchor"
 
+    feed = None  # a ProcessFeed, for the variants that read through one
     if source_variant.startswith("anchor"):
 
         def sample(key: FeatureKey) -> dict:
@@ -150,13 +151,13 @@ def measure(spec: dict) -> dict:
     # then the timed pass, then the pipeline's depth more so that it stays full. The clock runs from the arrival of
     # the warm-up's last batch to that of the timed pass's last, so the work in flight when it starts is the work in
     # flight when it stops: the sustained rate, no fill and no drain of a short run
-    depth = feed.ahead if source_variant in PROCESSES else n
+    depth = feed.ahead if feed is not None else n
     warm = max(len(batches), depth + 2)
     stream = [batches[i % len(batches)] for i in range(warm + len(batches) + depth)]
     first, last = warm - 1, warm + len(batches) - 1
 
     def delivered() -> Iterator[dict]:
-        if source_variant in PROCESSES:
+        if feed is not None:
             yield from feed.batches(stream)
             return
         pool = ThreadPoolExecutor(n)
@@ -173,7 +174,7 @@ def measure(spec: dict) -> dict:
 
     def cpu_seconds() -> float:
         """This process's CPU time, and its feed's worker processes'."""
-        pids = feed.pids if source_variant in PROCESSES else []
+        pids = feed.pids if feed is not None else []
         ticks = 0
         for pid in pids:  # utime and stime, the 14th and 15th fields of /proc/PID/stat
             ticks += sum(map(int, Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13]))
@@ -212,9 +213,9 @@ def measure(spec: dict) -> dict:
     try:
         if variant not in GPU_VARIANTS:
             return consume(delivered(), lambda: None)
-        return _on_gpu(consume, delivered, spec, n, source_variant not in PROCESSES)
+        return _on_gpu(consume, delivered, spec, n, feed is None)
     finally:
-        if source_variant in PROCESSES:
+        if feed is not None:
             feed.close()
 
 

@@ -22,6 +22,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import StrEnum
+from math import prod
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import send_handle
 from typing import Any
@@ -56,7 +57,7 @@ def placed(layout: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> tuple[Layo
     out, at = [], 0
     for name, (shape, dtype) in layout.items():
         out.append((name, str(dtype).removeprefix("torch."), tuple(shape), at))
-        at += -(-_nbytes(shape, dtype) // ALIGN) * ALIGN
+        at += -(-(prod(shape) * dtype.itemsize) // ALIGN) * ALIGN  # rounded up to a cache line
     return out, at
 
 
@@ -65,16 +66,9 @@ def arrays_in(memory: Any, layout: Layout) -> dict[str, torch.Tensor]:
     arrays = {}
     for name, dtype_name, shape, at in layout:
         dtype = getattr(torch, dtype_name)
-        view = memory[at : at + _nbytes(shape, dtype)]
+        view = memory[at : at + prod(shape) * dtype.itemsize]
         arrays[name] = torch.from_numpy(view).view(dtype).view(shape)
     return arrays
-
-
-def _nbytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
-    count = 1
-    for n in shape:
-        count *= n
-    return count * dtype.itemsize
 
 
 @dataclass
