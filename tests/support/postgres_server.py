@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ADMIN_URL = os.environ.get("HSSTORE_TEST_POSTGRES", "postgresql://hsstore:hsstore@127.0.0.1:5432/postgres")
 
 
