@@ -18,7 +18,7 @@ from client.chunk_checks import DeferredCopy
 from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
-from client.keys import KeyLike, batch_item, key_of_parts
+from client.keys import KeyLike, batch_item, part_of_parts
 from client.receive import Verify, decode_any, receive_chunks
 from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
@@ -121,16 +121,20 @@ class FeatureClient(ServiceCalls):
         tokens: Tokens | None = None,
     ) -> Features:
         """Fetch one entry's features, verified. Name the prompt (hashed here) or its prompt_hash; a token range past
-        the end is clipped, as Python slicing clips (`Features.tokens` says what was served)."""
-        key = key_of_parts(
+        the end is clipped, as Python slicing clips (`Features.tokens` says what was served). A featureset object
+        is named by its parts: any stored featureset holding it serves the read, sliced to its layers
+        (`Features.manifest` says which entry served it); an id names that featureset's entry only."""
+        item = part_of_parts(
             prompt,
             prompt_hash=prompt_hash,
             backend=backend,
             model_revision=model_revision,
             featureset=featureset,
             content_hash=content_hash,
+            layers=layers,
+            tokens=tokens,
         )
-        return self.fetch(key, layers, tokens)
+        return self.fetch(item.key, item.layers, tokens)
 
     def fetch(self, key: FeatureKey, layers: Sequence[LayerId] | None = None, tokens: Tokens | None = None) -> Features:
         """`get` by key. A whole entry pinned by content hash is served from the cache when it is there, without
@@ -262,7 +266,7 @@ class FeatureClient(ServiceCalls):
         shows, as dataset `name`; its `dataset_id` names exactly those versions from then on."""
         request = DatasetRequest(
             name=name,
-            keys=[batch_item(k).key for k in keys] if keys is not None else None,
+            keys=[batch_item(k) for k in keys] if keys is not None else None,
             model_revision=model_revision,
             backend=backend,
             featureset=featureset.id if isinstance(featureset, FeatureSet) else featureset,

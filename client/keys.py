@@ -22,8 +22,22 @@ def batch_item(key: KeyLike) -> BatchItem:
     if isinstance(key, FeatureKey):
         return BatchItem(**key.model_dump())
     parts = dict(key)
-    layers, tokens = parts.pop("layers", None), parts.pop("tokens", None)
-    base = key_of_parts(parts.pop("prompt", None), **parts)
+    return part_of_parts(parts.pop("prompt", None), **parts)
+
+
+def part_of_parts(
+    prompt: Mapping[str, Any] | None = None,
+    *,
+    layers: Sequence[LayerId] | None = None,
+    tokens: Any = None,
+    **parts: Any,
+) -> BatchItem:
+    """`key_of_parts` with the part read: `layers` (a featureset object's own unless fewer are named: it is named
+    by its parts, so any stored featureset holding them serves it) and `tokens`."""
+    base = key_of_parts(prompt, **parts)
+    featureset = parts.get("featureset")
+    if layers is None and isinstance(featureset, FeatureSet):
+        layers = featureset.layers
     return BatchItem(
         **base.model_dump(),
         layers=list(layers) if layers is not None else None,

@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from client.keys import featureset_of, key_of_parts
+from client.keys import featureset_of, key_of_parts, part_of_parts
 from client.transport import Transport
 from schemas import wire
 from schemas.api import (
@@ -30,6 +30,7 @@ from schemas.http import SAFETENSORS_MEDIA_TYPE
 from schemas.job_api import JobList, JobRequest, JobStatus, WindowOpenRequest, WindowState, WorkerLease, WorkerList
 from schemas.keys import EntryFilter
 from schemas.manifest import Manifest
+from schemas.states import Existing
 from schemas.tensors import RawTensor
 
 
@@ -46,8 +47,9 @@ class ServiceCalls:
         featureset: FeatureSet | str | None = None,
         content_hash: str | None = None,
     ) -> bool:
-        """Whether a version with this key is stored (a HEAD: no body is read)."""
-        key = key_of_parts(
+        """Whether a version with this key is stored (a HEAD: no body is read); a featureset object, as `get` names
+        it, is there when a stored featureset holds it."""
+        item = part_of_parts(
             prompt,
             prompt_hash=prompt_hash,
             backend=backend,
@@ -55,7 +57,10 @@ class ServiceCalls:
             featureset=featureset,
             content_hash=content_hash,
         )
-        return self._transport.exists(f"/v1/features/{key.prompt_hash}", key.params())
+        params = item.key.params()
+        if item.layers is not None:
+            params["layers"] = ",".join(map(str, item.layers))
+        return self._transport.exists(f"/v1/features/{item.prompt_hash}", params)
 
     # -- listing, comparing, auditing ----------------------------------------------------------------------------
     def entries(self, *, page_size: int = 100, **filters: str | FeatureSet | None) -> Iterator[Manifest]:
@@ -107,7 +112,8 @@ class ServiceCalls:
         extract: bool = False,
     ) -> CompareReport:
         """Per-layer agreement of two backends' features for one prompt; `extract` fills in a missing side."""
-        key = key_of_parts(prompt, prompt_hash=prompt_hash, model_revision=model_revision, featureset=featureset)
+        exact = featureset.id if isinstance(featureset, FeatureSet) else featureset  # both sides of one featureset
+        key = key_of_parts(prompt, prompt_hash=prompt_hash, model_revision=model_revision, featureset=exact)
         params = {**key.params(), "a": a, "b": b, "extract": extract}
         return self._transport.call(CompareReport, "GET", f"/v1/compare/{key.prompt_hash}", params=params)
 
@@ -126,10 +132,18 @@ class ServiceCalls:
         featureset: FeatureSet | Sequence[LayerId] | None = None,
         backend: str | None = None,
         force: bool = False,
+        existing: Existing | str = Existing.SAME,
     ) -> ExtractResponse:
+        """Extract what is not stored, and return what is. `existing="holding"`: an entry of a featureset holding
+        this one (a union of recipes' layers) counts as stored and is returned instead (warm jobs always count
+        so); by default only this featureset's own entry does."""
         chosen = {"backend": backend} if backend is not None else {}
         request = ExtractRequest(
-            samples=[dict(s) for s in samples], featureset=featureset_of(featureset), force=force, **chosen
+            samples=[dict(s) for s in samples],
+            featureset=featureset_of(featureset),
+            force=force,
+            existing=Existing(existing),
+            **chosen,
         )
         body = request.model_dump(mode="json", exclude_none=True)
         return self._transport.call(ExtractResponse, "POST", "/v1/extract", json=body)
@@ -140,11 +154,15 @@ class ServiceCalls:
         featureset: FeatureSet | Sequence[LayerId] | None = None,
         backends: Sequence[str] = ("auto",),
         tokens_per_s: float | None = None,
+        recipes: Sequence[FeatureSet | Sequence[LayerId]] | None = None,
     ) -> EstimateReport:
-        """Tokens, bytes (compressed as this store measured) and GPU-hours these samples would take; runs nothing."""
+        """Tokens, bytes (compressed as this store measured) and GPU-hours these samples would take; runs nothing.
+        `recipes` instead of a featureset: the report is for their union, extracted once, and `report.recipes`
+        says what each would take on its own."""
         request = EstimateRequest(
             samples=[dict(s) for s in samples],
             featureset=featureset_of(featureset),
+            recipes=[featureset_of(r) for r in recipes] if recipes is not None else None,  # type: ignore[misc]
             backends=list(backends),
             tokens_per_s=tokens_per_s,
         )

@@ -25,7 +25,7 @@ from client.client import FeatureClient
 from client.collate import Sample
 from client.errors import StoreUnavailableError
 from client.features import Features
-from client.keys import KeyLike, batch_item, featureset_of, key_of_parts
+from client.keys import KeyLike, batch_item, featureset_of, part_of_parts
 from schemas.api import BatchItem
 from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, Manifest
@@ -127,7 +127,7 @@ class FeatureDataset(Dataset[Sample]):
         chosen = featureset_of(featureset)
         self.samples = [dict(s) for s in samples] if samples is not None else None
         if self.samples is not None:
-            keys = [key_of_parts(s, backend=backend, featureset=chosen) for s in self.samples]
+            keys = [part_of_parts(s, backend=backend, featureset=chosen) for s in self.samples]
         self.keys = [key_of(k) for k in keys or []]
         self.layers = list(layers) if layers is not None else None
         self.dequantise = dequantise

@@ -10,9 +10,9 @@ import typer
 
 from hsstore.cli_errors import CliError
 from hsstore.cli_input import key_lines, since_option
-from hsstore.cli_options import client_of, console, progress_bar
+from hsstore.cli_options import DtypeOption, client_of, console, progress_bar
 from schemas.exchange import ExportFormat
-from schemas.featureset import parse_layers
+from schemas.featureset import FeatureSet, parse_layers
 
 FormatOption = Annotated[ExportFormat, typer.Option("--format", help="specforge (DFlash .ckpt) or speculators")]
 
@@ -27,7 +27,11 @@ def export(
     prompt_hash: Annotated[str | None, typer.Option(help="a prompt hash or a prefix of one")] = None,
     since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
     hashes: Annotated[Path | None, typer.Option(help="JSONL of prompt hashes (e.g. `hsstore extract --json`)")] = None,
-    layers: Annotated[str | None, typer.Option(help="a subset of the featureset's layers (hsstore ids)")] = None,
+    layers: Annotated[
+        str | None,
+        typer.Option(help="a subset of the featureset's layers (hsstore ids); with no --featureset, any holding them"),
+    ] = None,
+    dtype: DtypeOption = "bfloat16",
     num_layers: Annotated[int | None, typer.Option(help="the model's layers, if the service does not run it")] = None,
     replace: Annotated[bool, typer.Option(help="replace an earlier hsstore export in OUT_DIR")] = False,
 ) -> None:
@@ -46,13 +50,17 @@ def export(
             ]
         else:
             listed = list(client.entries(prompt_hash=prompt_hash, since=since_option(since), **filters))
-        manifests = newest_versions(listed, measured_only=backend is None)
+        chosen = parse_layers(layers) if layers else None
+        try:
+            holding = FeatureSet(layers=chosen, dtype=dtype) if chosen and featureset is None else None  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise CliError(f"--dtype {dtype!r}: {exc}") from None
+        manifests = newest_versions(listed, measured_only=backend is None, holding=holding)
         if not manifests:
             raise CliError("no entries match", "list them with `hsstore entries` and the same filters")
         model = client.info().model
         if num_layers is None and model is not None and model.model_revision == manifests[0].model_revision:
             num_layers = model.num_layers
-        chosen = parse_layers(layers) if layers else None
         with progress_bar() as progress:
             task = progress.add_task("export", total=len(manifests))
             try:

@@ -116,16 +116,24 @@ def estimate(
     tokens_per_s: Annotated[
         float | None, typer.Option(help="the GPU's rate, if this service has none recorded")
     ] = None,
+    recipe: Annotated[
+        list[str] | None,
+        typer.Option(help="instead of --layers, a recipe's layers (repeatable): their union beside each on its own"),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """What extracting a JSONL file would take, before anything runs: tokens, bytes stored, GPU-hours."""
     samples = SampleFile(jsonl)
+    if recipe and layers:
+        raise CliError("give --layers or --recipe, not both")
+    recipes = [featureset_option(r, dtype, target_ids, top_k) for r in recipe or []]
     with client_of(ctx) as client:
         report = client.estimate(
             samples.samples,
-            featureset_option(layers, dtype, target_ids, top_k),
+            None if recipes else featureset_option(layers, dtype, target_ids, top_k),
             backend or ["auto"],
             tokens_per_s=tokens_per_s,
+            recipes=recipes or None,  # type: ignore[arg-type]
         )
     if as_json:
         typer.echo(report.model_dump_json())
@@ -137,9 +145,20 @@ def estimate(
         ("tokens (per backend)", f"{report.tokens:,}", f"backends {', '.join(report.backends)}"),
         ("raw bytes", _size(report.raw_bytes), f"{report.bytes_per_token:,} B per token, {report.dtype}"),
         ("compression", f"{report.compression_ratio:.3f}x", report.compression_ratio_source),
-        ("stored bytes", _size(report.stored_bytes), f"featureset {report.featureset_id}"),
+        (
+            "stored bytes",
+            _size(report.stored_bytes),
+            f"{'the union: ' if report.recipes else ''}featureset {report.featureset_id}",
+        ),
         ("GPU-hours", hours, f"{rate} ({report.tokens_per_s_source})"),
     ]
+    if report.recipes:  # the union above is extracted once; each recipe on its own is another extraction
+        for cost in report.recipes:
+            rows.append((f"recipe {cost.featureset_id}", _size(cost.stored_bytes), f"layers {cost.layers}"))
+        alone = sum(cost.stored_bytes for cost in report.recipes)
+        times = len(report.recipes)
+        hours_alone = f"{times * report.gpu_hours:,.2f} GPU-hours" if report.gpu_hours is not None else "GPU-hours"
+        rows.append(("recipes one by one", _size(alone), f"{times} extractions: {hours_alone}"))
     out.table(("", "ESTIMATE", "FROM"), rows, frozenset({1}))
 
 

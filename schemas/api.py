@@ -18,7 +18,7 @@ from schemas.keys import (
 )
 from schemas.manifest import Manifest
 from schemas.samples import SAMPLE_JSON_SCHEMA
-from schemas.states import CompletionSource, ExtractStatus, ImportStatus, Integrity
+from schemas.states import CompletionSource, Existing, ExtractStatus, ImportStatus, Integrity
 from schemas.tokens import TOKENS_PATTERN, TokenRange, parse_token_range
 from schemas.validation import JsonBool, JsonInt
 
@@ -35,6 +35,10 @@ class ExtractRequest(BaseModel):
     backend: BackendChoice = "auto"
     force: JsonBool = Field(
         default=False, description="re-extract even if stored; adds a version only if the bits differ"
+    )
+    existing: Existing = Field(
+        default=Existing.SAME,
+        description="`holding`: an entry of a featureset holding this one (a union) counts as stored and is returned",
     )
 
 
@@ -199,8 +203,24 @@ class EstimateRequest(BaseModel):
 
     samples: list[RawSample] = Field(min_length=1)
     featureset: FeatureSet | None = None
+    recipes: list[FeatureSet] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="instead of a featureset: estimate their union, beside each recipe extracted on its own",
+    )
     backends: list[BackendChoice] = Field(default_factory=lambda: ["auto"], min_length=1)
     tokens_per_s: float | None = Field(default=None, gt=0, description="the GPU's extraction rate, if known")
+
+
+class RecipeCost(BaseModel):
+    """One recipe extracted on its own, beside the union that holds it."""
+
+    featureset_id: str
+    layers: list[LayerId]
+    raw_bytes: int
+    stored_bytes: int
+    gpu_hours: float | None
 
 
 class EstimateReport(BaseModel):
@@ -217,6 +237,7 @@ class EstimateReport(BaseModel):
     tokens_per_s: float | None
     tokens_per_s_source: str
     gpu_hours: float | None
+    recipes: list[RecipeCost] = Field(default_factory=list)  # with `recipes`: each on its own (the report: the union)
 
 
 IMPORT_METADATA = "import"  # the safetensors metadata key of an import body that carries its ImportRequest
@@ -251,8 +272,9 @@ class ImportResult(BaseModel):
 
 
 class DatasetRequest(BaseModel):
-    """A dataset snapshot from whole versions: `keys` (each resolved to its newest version and pinned), or every
-    version a listing with these filters shows, in listing order."""
+    """A dataset snapshot from whole versions: `keys` (each resolved as a read of it is, with its layers, to its
+    newest version and pinned; a token range is a read's, not a snapshot's), or every version a listing with these
+    filters shows, in listing order."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -270,7 +292,7 @@ class DatasetRequest(BaseModel):
     )
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    keys: list[FeatureKey] | None = Field(default=None, min_length=1, max_length=200_000)
+    keys: list[BatchItem] | None = Field(default=None, min_length=1, max_length=200_000)
     model_revision: str | None = Field(default=None, json_schema_extra={"pattern": MODEL_REVISION.pattern})
     backend: StoredBackend | None = None
     featureset: str | None = Field(default=None, json_schema_extra={"pattern": FEATURESET_ID.pattern})

@@ -4,6 +4,7 @@ entry holds, and their short content id."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -116,6 +117,17 @@ class FeatureSet(BaseModel):
             return None
         return cls(layers=parse_layers(layers), dtype=dtype, target_ids=target_ids, top_k=top_k)  # type: ignore[arg-type]
 
+    def holds(self, wanted: FeatureSet) -> bool:
+        """Whether an entry of this featureset serves a read of `wanted`, sliced to its layers: the same dtype, every
+        layer it names, target ids if it asks for them, and the same top-k if it asks for one (a larger k is not
+        enough: its `topk_mass` sums over more tokens)."""
+        return (
+            self.dtype == wanted.dtype
+            and set(wanted.layers) <= set(self.layers)
+            and (self.target_ids or not wanted.target_ids)
+            and (wanted.top_k is None or self.top_k == wanted.top_k)
+        )
+
     @property
     def needs_logits(self) -> bool:
         """Whether an extraction runs the lm_head (in chunks) after the final norm."""
@@ -139,3 +151,32 @@ class FeatureSet(BaseModel):
     @classmethod
     def default_for(cls, num_layers: int) -> FeatureSet:
         return cls(layers=build_target_layer_ids(num_layers, 5 if num_layers >= 8 else 1))
+
+
+def nearest_holding(stored: Iterable[FeatureSet], wanted: FeatureSet) -> FeatureSet | None:
+    """Of the stored featuresets that hold `wanted`, the one nearest it: itself, else the fewest layers, then the
+    fewest parts beyond it; ties broken by id, so that the same entry serves every read of it."""
+
+    def distance(held: FeatureSet) -> tuple[bool, int, int, str]:
+        beyond = int(held.target_ids and not wanted.target_ids) + int(held.top_k is not None and wanted.top_k is None)
+        return held.id != wanted.id, len(held.layers), beyond, held.id
+
+    return min((f for f in stored if f.holds(wanted)), key=distance, default=None)
+
+
+def union_of(recipes: Iterable[FeatureSet]) -> FeatureSet:
+    """The one featureset that holds every recipe (`FeatureSet.holds`): their layers together, target ids if any
+    asks; ValueError for recipes no one featureset holds (two dtypes, two top-k)."""
+    found = list(recipes)
+    if not found:
+        raise ValueError("a union needs at least one recipe")
+    if len(dtypes := {f.dtype for f in found}) > 1:
+        raise ValueError(f"recipes in {sorted(dtypes)}: one featureset has one dtype")
+    if len(top_ks := {f.top_k for f in found if f.top_k is not None}) > 1:
+        raise ValueError(f"recipes with top-k {sorted(top_ks)}: one featureset holds one top-k")
+    return FeatureSet(
+        layers=[layer for f in found for layer in f.layers],
+        dtype=found[0].dtype,
+        target_ids=any(f.target_ids for f in found),
+        top_k=next(iter(top_ks), None),
+    )

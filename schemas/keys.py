@@ -6,12 +6,12 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from schemas.backend import StoredBackend, check_backend
-from schemas.featureset import FeatureSet
+from schemas.featureset import MAX_TOP_K, FeatureDtype, FeatureSet, LayerId
 from schemas.prompt_hash import prompt_hash as hash_prompt
 from schemas.validation import describe_errors
 
@@ -119,7 +119,11 @@ def version_name(key: EntryKey, content_hash: str) -> str:
 class FeatureKey(BaseModel):
     """Which entry a reader means: its prompt hash, plus the key parts that narrow it (a part left out must leave one
     entry), plus optionally a pinned version. One type for the client, the routes and the core; its JSON form is the
-    model's, its query-string form `params()` (the prompt hash goes in the path)."""
+    model's, its query-string form `params()` (the prompt hash goes in the path).
+
+    A featureset is named by its id (that featureset's entry) or by its parts: `dtype` (with `target_ids`,
+    `top_k`) and the layers the read asks for, which any stored featureset holding them serves (a union of several
+    recipes' layers, extracted once, serves each recipe)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -131,6 +135,13 @@ class FeatureKey(BaseModel):
     )
     content_hash: str | None = Field(
         default=None, description="pin one version", json_schema_extra={"pattern": CONTENT_HASH.pattern}
+    )
+    dtype: FeatureDtype | None = Field(
+        default=None, description="with the layers read: a featureset by its parts, served by any entry holding them"
+    )
+    target_ids: bool | None = Field(default=None, description="with dtype: the featureset holds target ids")
+    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] | None = Field(
+        default=None, description="with dtype: the featureset holds this top-k"
     )
 
     _prompt_hash = field_validator("prompt_hash")(lambda value: check_prompt_hash(value))
@@ -150,31 +161,52 @@ class FeatureKey(BaseModel):
         featureset: FeatureSet | str | None = None,
         content_hash: str | None = None,
     ) -> FeatureKey:
-        """The key as callers name it: the prompt itself (hashed here) or its hash, a featureset or its id.
+        """The key as callers name it: the prompt itself (hashed here) or its hash, a featureset by its id or, as an
+        object, by its parts (the read then names its layers: `FeatureSet.layers` unless it asks for fewer).
         ValueError, in words, for a part that is not what it should be."""
         if (prompt is None) == (prompt_hash is None):
             raise ValueError("name exactly one of prompt or prompt_hash")
+        parts: dict[str, object] = {"featureset": featureset}
+        if isinstance(featureset, FeatureSet):
+            parts = {"dtype": featureset.dtype, "target_ids": featureset.target_ids or None, "top_k": featureset.top_k}
         try:
             return cls(
                 prompt_hash=prompt_hash if prompt_hash is not None else hash_prompt(prompt),  # type: ignore[arg-type]
                 model_revision=model_revision,
                 backend=backend,
-                featureset=featureset.id if isinstance(featureset, FeatureSet) else featureset,
                 content_hash=content_hash,
+                **parts,  # type: ignore[arg-type]
             )
         except ValidationError as exc:
             raise ValueError(describe_errors(exc.errors(include_url=False, include_input=False))) from None
 
+    def wanted(self, layers: list[LayerId] | None) -> FeatureSet | None:
+        """The featureset this key names by its parts with the layers a read asks for; None for a key that names
+        none so. ValueError for parts that name no featureset."""
+        if self.dtype is None:
+            if self.target_ids is not None or self.top_k is not None:
+                raise ValueError("target_ids and top_k name a featureset by its parts: give its dtype too")
+            return None
+        if self.featureset is not None:
+            raise ValueError("name a featureset by its id or by its parts (dtype and layers), not both")
+        if not layers:
+            raise ValueError("a featureset named by its parts (dtype) needs the layers read")
+        return FeatureSet(layers=list(layers), dtype=self.dtype, target_ids=bool(self.target_ids), top_k=self.top_k)
+
     def params(self) -> dict[str, str]:
         """The query-string form of everything but the prompt hash."""
-        return {name: value for name in _NARROWING if (value := getattr(self, name)) is not None}
+        return {name: _query_value(value) for name in _NARROWING if (value := getattr(self, name)) is not None}
 
     def narrowing(self) -> str:
         """The parts given besides the prompt hash, for messages."""
         return ", ".join(f"{k}={v}" for k, v in self.params().items()) or "no other key part"
 
 
-_NARROWING = ("model_revision", "backend", "featureset", "content_hash")
+_NARROWING = ("model_revision", "backend", "featureset", "content_hash", "dtype", "target_ids", "top_k")
+
+
+def _query_value(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @dataclass(frozen=True, slots=True)

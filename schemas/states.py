@@ -52,6 +52,14 @@ class ExtractStatus(StrEnum):
     VERSION_ADDED = "version_added"  # re-extracted (force) and the bits differed: a new version
 
 
+class Existing(StrEnum):
+    """What an extraction counts as already stored for a sample: an entry of its own featureset (what `extract`
+    does unless asked), or of any featureset holding it (a warm job: a union serves the reads it is warming for)."""
+
+    SAME = "same"
+    HOLDING = "holding"
+
+
 class ImportStatus(StrEnum):
     IMPORTED = "imported"
     EXISTING = "existing"  # these bits were already stored under this key: nothing added

@@ -43,7 +43,7 @@ def test_the_snippets_run_in_order_against_the_demo_twice(demo_store: str) -> No
         elif language == "bash":
             steps += [line.split("#")[0].strip() for line in block.splitlines() if line.strip().startswith("hsstore ")]
     commands = [step for step in steps if isinstance(step, str)]
-    assert len(commands) >= 8 and len(steps) == len(commands) + 1  # and the one client snippet
+    assert len(commands) >= 8 and len(steps) == len(commands) + 2  # and the two client snippets
     runner = CliRunner()
     for attempt in ("first", "second"):
         for step in steps:

@@ -27,7 +27,7 @@ from schemas.exchange import (
     from_format_ids,
     to_format_ids,
 )
-from schemas.featureset import LayerId
+from schemas.featureset import FeatureSet, LayerId, nearest_holding, normalise_layers
 from schemas.files import atomic_write
 from schemas.keys import EntryKey
 from schemas.manifest import Manifest
@@ -47,14 +47,25 @@ def _one(values: Iterable[str], what: str, option: str) -> str:
     return distinct[0]
 
 
-def newest_versions(manifests: Iterable[Manifest], measured_only: bool = False) -> list[Manifest]:
+def newest_versions(
+    manifests: Iterable[Manifest], measured_only: bool = False, holding: FeatureSet | None = None
+) -> list[Manifest]:
     """The newest version of each entry key (a listing shows every version, oldest first), in listing order. With
     `measured_only` (an export that names no backend), a prompt stored both as extracted here and as imported
-    (`unknown`) gives the extracted one, as a read that names no backend does."""
+    (`unknown`) gives the extracted one, as a read that names no backend does. With `holding`, only entries whose
+    featureset holds it, and of one prompt, model revision and backend the nearest, as a read of it resolves."""
     newest: dict[EntryKey, Manifest] = {}
     for manifest in manifests:
         newest[manifest.key] = manifest
     chosen = list(newest.values())
+    if holding is not None:
+        held: dict[tuple[str, str, str], list[FeatureSet]] = {}
+        for manifest in chosen:
+            held.setdefault((manifest.prompt_hash, manifest.model_revision, manifest.backend), []).append(
+                manifest.featureset
+            )
+        nearest = {where: nearest_holding(found, holding) for where, found in held.items()}
+        chosen = [m for m in chosen if nearest[(m.prompt_hash, m.model_revision, m.backend)] == m.featureset]
     if measured_only:
         backends: dict[str, set[str]] = {}
         for manifest in chosen:
@@ -86,19 +97,29 @@ def export(
         shutil.rmtree(out_dir)  # only ever an earlier export: its index names it one
     revision = _one((m.model_revision for m in manifests), "model revision", "--model-revision")
     backend = _one((m.backend for m in manifests), "backend", "--backend")
-    _one((m.featureset_id for m in manifests), "featureset", "--featureset")
     featureset = manifests[0].featureset
-    stored = list(featureset.layers)
-    chosen = [layer for layer in stored if layer in layers] if layers is not None else stored
-    if layers is not None and (missing := [layer for layer in layers if layer not in stored]):
-        raise ValueError(f"layers {missing} are not in featureset {featureset.id} (it holds {stored})")
+    if layers is None:
+        _one((m.featureset_id for m in manifests), "featureset", "--featureset")
+        chosen = list(featureset.layers)
+    else:  # entries of several featuresets (a union and a recipe's own) export alike when each holds the layers
+        chosen = normalise_layers(layers)
+        for manifest in manifests:
+            if missing := [layer for layer in chosen if layer not in manifest.featureset.layers]:
+                raise ValueError(
+                    f"layers {missing} are not in featureset {manifest.featureset_id} (it holds "
+                    f"{manifest.featureset.layers})"
+                )
+        _one((m.featureset.dtype for m in manifests), "dtype", "--featureset")
+        if len({m.featureset_id for m in manifests}) > 1:
+            featureset = FeatureSet(layers=chosen, dtype=featureset.dtype)
     form = FORMATS[fmt]
     ids = to_format_ids(chosen, fmt)
     form.check(chosen, num_layers, revision)
     entries: list[ExportedEntry] = []
     rows: list[tuple[torch.Tensor, torch.Tensor]] = []
     for index, manifest in enumerate(manifests):
-        features = client.fetch(manifest.feature_key(), layers=chosen if chosen != stored else None)
+        whole = chosen == list(manifest.featureset.layers)
+        features = client.fetch(manifest.feature_key(), layers=None if whole else chosen)
         hidden, input_ids = features.hidden_states, features.input_ids  # fp8 arrives dequantised to bf16
         hidden_size = int(hidden.shape[-1])
         has_mask = features.loss_mask is not None

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from schemas import backend as backend_names
 from schemas import chunk_wire, keys
 from schemas.backend import STORED_BACKENDS
-from schemas.featureset import LAYERS_PATTERN, LayerId, parse_layers
+from schemas.featureset import LAYERS_PATTERN, MAX_TOP_K, FeatureDtype, LayerId, parse_layers
 from schemas.keys import FeatureKey
 from schemas.tokens import TOKENS_PATTERN, TokenRange, parse_token_range
 from schemas.validation import describe_errors
@@ -67,6 +67,12 @@ def key_query(
     content_hash: Annotated[
         str | None, Query(description="pin one version", json_schema_extra={"pattern": keys.CONTENT_HASH.pattern})
     ] = None,
+    dtype: Annotated[
+        FeatureDtype | None,
+        Query(description="with layers: a featureset by its parts, served by any stored featureset holding them"),
+    ] = None,
+    target_ids: Annotated[bool | None, Query(description="with dtype: the featureset holds target ids")] = None,
+    top_k: Annotated[int | None, Query(ge=1, le=MAX_TOP_K, description="with dtype: the featureset's top-k")] = None,
 ) -> FeatureKey:
     try:
         return FeatureKey(
@@ -75,6 +81,9 @@ def key_query(
             backend=backend,
             featureset=featureset,
             content_hash=content_hash,
+            dtype=dtype,
+            target_ids=target_ids,
+            top_k=top_k,
         )
     except ValidationError as exc:
         raise InvalidRequest(describe_errors(exc.errors(include_url=False, include_input=False))) from None

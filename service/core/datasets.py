@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from schemas import datasets
 from schemas.api import DatasetInfo, DatasetRequest
+from schemas.featureset import LayerId
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import Manifest
 from schemas.timestamps import utc_now
@@ -21,7 +22,11 @@ _PAGE = 5_000
 
 class Datasets:
     def __init__(
-        self, resolve: Callable[[FeatureKey], Manifest], versions: VersionCatalog, store: Documents, kv: KeyValue
+        self,
+        resolve: Callable[[FeatureKey, list[LayerId] | None], Manifest],
+        versions: VersionCatalog,
+        store: Documents,
+        kv: KeyValue,
     ) -> None:
         self.resolve, self.versions, self.store, self.kv = resolve, versions, store, kv
 
@@ -63,7 +68,9 @@ class Datasets:
         if request.keys is not None:
             if any(v is not None for v in (request.model_revision, request.backend, request.featureset, request.since)):
                 raise InvalidRequest("give keys or listing filters, not both")
-            return [self.resolve(key) for key in request.keys]
+            if any(item.tokens is not None for item in request.keys):
+                raise InvalidRequest("a dataset pins whole entries: a token range is a read's, give none")
+            return [self.resolve(item.key, item.layers) for item in request.keys]
         where = EntryFilter(
             model_revision=request.model_revision,
             backend=request.backend,

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from math import prod
 
-from schemas.api import EstimateReport, EstimateRequest
+from schemas.api import EstimateReport, EstimateRequest, RecipeCost
 from schemas.codecs import MEASURED_RATIO, StoreCodec
-from schemas.featureset import FeatureSet
+from schemas.featureset import FeatureSet, union_of
 from schemas.keys import EntryFilter
 from schemas.tensors import DTYPES
 from service.catalog.protocol import Jobs, VersionCatalog
 from service.core.gate import configured
 from service.core.prepare import RequestPreparer
+from service.errors import InvalidRequest
 from service.model.loader import ModelSpec
 from service.storage.protocol import Blobs
 
@@ -53,38 +54,62 @@ class Estimator:
         self.codec = codec
 
     def estimate(self, request: EstimateRequest) -> EstimateReport:
+        """With `recipes`, the report is for their union (one extraction), and each recipe's own cost beside it."""
         spec = configured(self.spec)
-        prepared = self.preparer.prepare(spec, request.samples, request.featureset, request.backends)
-        featureset = prepared.featureset
-        hidden = _hidden_bytes_per_token(featureset, int(spec.config.hidden_size))
-        tokens = raw = 0
+        if request.recipes is not None and request.featureset is not None:
+            raise InvalidRequest("give a featureset or recipes, not both")
+        try:
+            asked = union_of(request.recipes) if request.recipes is not None else request.featureset
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        prepared = self.preparer.prepare(spec, request.samples, asked, request.backends)
+        featureset, hidden_size = prepared.featureset, int(spec.config.hidden_size)
+        counts = []  # per sample: its tokens, and whether it has a completion (and so a loss mask)
         for sample in prepared.samples:
             encoded = sample.encoded
             completion = (
                 len(encoded.completion_ids) if encoded.completion_ids is not None else encoded.greedy_max_new_tokens
             ) or 0
-            count = len(encoded.prompt_ids) + completion
-            per_token = hidden + _INT32 + _head_bytes_per_token(featureset) + (_UINT8 if completion else 0)
-            tokens += count
-            raw += count * per_token
-        raw *= len(prepared.backends)
-        ratio, ratio_source = self._ratio(featureset)
+            counts.append((len(encoded.prompt_ids) + completion, completion > 0))
+        tokens = sum(count for count, _ in counts)
+        backends = len(prepared.backends)
         rate, rate_source = self._rate(request.tokens_per_s)
-        work = tokens * len(prepared.backends)
+        gpu_hours = tokens * backends / rate / 3600 if rate else None  # one forward per sample and backend
+
+        def cost(of: FeatureSet) -> tuple[int, float, str, int]:
+            per_token = _hidden_bytes_per_token(of, hidden_size) + _INT32 + _head_bytes_per_token(of)
+            raw = backends * sum(count * (per_token + (_UINT8 if masked else 0)) for count, masked in counts)
+            ratio, source = self._ratio(of)
+            return raw, ratio, source, round(raw / ratio)
+
+        raw, ratio, ratio_source, stored = cost(featureset)
+        recipes = []
+        for recipe in request.recipes or []:
+            recipe_raw, _, _, recipe_stored = cost(recipe)
+            recipes.append(
+                RecipeCost(
+                    featureset_id=recipe.id,
+                    layers=list(recipe.layers),
+                    raw_bytes=recipe_raw,
+                    stored_bytes=recipe_stored,
+                    gpu_hours=gpu_hours,
+                )
+            )
         return EstimateReport(
             samples=len(prepared.samples),
             tokens=tokens,
             backends=[b.value for b in prepared.backends],
             featureset_id=featureset.id,
             dtype=featureset.dtype,
-            bytes_per_token=hidden + _INT32,
+            bytes_per_token=_hidden_bytes_per_token(featureset, hidden_size) + _INT32,
             raw_bytes=raw,
             compression_ratio=ratio,
             compression_ratio_source=ratio_source,
-            stored_bytes=round(raw / ratio),
+            stored_bytes=stored,
             tokens_per_s=rate,
             tokens_per_s_source=rate_source,
-            gpu_hours=work / rate / 3600 if rate else None,
+            gpu_hours=gpu_hours,
+            recipes=recipes,
         )
 
     def _ratio(self, featureset: FeatureSet) -> tuple[float, str]:

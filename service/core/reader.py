@@ -13,7 +13,7 @@ from schemas import chunk_wire, wire
 from schemas.api import EntriesPage
 from schemas.backend import measured_first
 from schemas.content_hash import content_hash
-from schemas.featureset import LayerId
+from schemas.featureset import FeatureSet, LayerId, nearest_holding
 from schemas.http import SAFETENSORS_MEDIA_TYPE, SERVED_HASH_HEADER
 from schemas.keys import CURSOR, EntryFilter, FeatureKey
 from schemas.manifest import LAYER_ARRAYS, Manifest
@@ -39,17 +39,20 @@ class FeatureReader:
         self.verify_reads = verify_reads
 
     def resolve(self, key: FeatureKey, layers: list[LayerId] | None = None) -> Manifest:
-        """The newest version of the one entry the key names; a key part left out must be unambiguous once two
-        rules have spoken: a read that names no backend prefers entries extracted here over imported (`unknown`)
-        ones, and a read that names layers but no featureset considers only featuresets holding those layers, and
-        of those, one holding exactly those layers if there is one."""
-        found = _preferred(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers)
+        """The newest version of the one entry the key names; a key part left out must be unambiguous once the
+        rules of `_preferred` have spoken."""
+        try:
+            wanted = key.wanted(layers)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        found = _preferred(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers, wanted)
         if not found:
             stored = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash), limit=_CANDIDATES)
             if not stored:
                 raise EntryNotFound(f"no entry for prompt_hash {key.prompt_hash}")
+            asked = key.narrowing() + (f", layers={layers}" if wanted is not None else "")
             raise EntryNotFound(
-                f"no entry for prompt_hash {key.prompt_hash} with {key.narrowing()}; stored: {_describe_keys(stored)}"
+                f"no entry for prompt_hash {key.prompt_hash} with {asked}; stored: {_describe_keys(stored)}"
             )
         keys = {m.key for m in found}
         if len(keys) > 1:
@@ -244,17 +247,28 @@ class FeatureReader:
         return EntriesPage(entries=page, next_cursor=next_cursor)
 
 
-def _preferred(found: list[Manifest], key: FeatureKey, layers: list[LayerId] | None) -> list[Manifest]:
-    """The candidates each rule keeps; a rule that would keep none keeps all (the error then names them)."""
+def _preferred(
+    found: list[Manifest], key: FeatureKey, layers: list[LayerId] | None, wanted: FeatureSet | None
+) -> list[Manifest]:
+    """The candidates the rules keep. A featureset named by its parts keeps only entries holding it, and of one
+    model revision and backend, the one featureset nearest it (itself, else the fewest layers, then the fewest
+    parts beyond it); the rest are soft: a rule that would keep none keeps all (the error then names them). A read
+    that names no backend prefers entries extracted here over imported (`unknown`) ones; one that names layers but
+    no featureset in no other way prefers featuresets holding those layers, and of those, exactly those."""
+    if wanted is not None:
+        found = [m for m in found if m.featureset.holds(wanted)]
     rules = []
     if key.backend is None:
         chosen = measured_first({m.backend for m in found})
         rules.append(lambda m: m.backend in chosen)
-    if key.featureset is None and layers:
+    if key.featureset is None and wanted is None and layers:
         rules.append(lambda m: set(layers) <= set(m.featureset.layers))
         rules.append(lambda m: set(layers) == set(m.featureset.layers))  # and among those, exactly those layers
     for rule in rules:
         found = [m for m in found if rule(m)] or found
+    if wanted is not None and len({(m.model_revision, m.backend) for m in found}) == 1:
+        nearest = nearest_holding((m.featureset for m in found), wanted)
+        found = [m for m in found if nearest is not None and m.featureset_id == nearest.id]
     return found
 
 

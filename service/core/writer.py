@@ -13,11 +13,11 @@ from typing import Literal, get_args
 from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
 from schemas.backend import Backend
 from schemas.content_hash import content_hash
-from schemas.featureset import FeatureSet
-from schemas.keys import EntryKey
+from schemas.featureset import FeatureSet, nearest_holding
+from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import Manifest
 from schemas.samples import ParsedSample
-from schemas.states import CompletionSource, ExtractStatus
+from schemas.states import CompletionSource, Existing, ExtractStatus
 from service.catalog.protocol import VersionCatalog
 from service.core.canary import Canaries
 from service.core.content_checks import ContentChecks
@@ -33,6 +33,7 @@ from service.model.manager import ModelManager
 # sample index -> reference completion token ids and where they came from
 Completions = Mapping[int, tuple[list[int], CompletionSource]]
 
+_CANDIDATES = 10_000  # versions of one prompt looked through for a featureset holding another
 WriteWait = Literal["between_forwards", "after_last"]
 WRITE_WAITS: tuple[WriteWait, ...] = get_args(WriteWait)
 
@@ -98,6 +99,23 @@ class FeatureWriter:
     def close(self) -> None:
         self._writers.shutdown(wait=True)
 
+    def _stored(
+        self, existing: list[Manifest], key: EntryKey, featureset: FeatureSet, rule: Existing
+    ) -> Manifest | None:
+        """What counts as stored already: the key's newest version unless it is corrupt (then it is extracted
+        again, its repair); with no version and `holding`, the nearest entry of a featureset holding this one."""
+        if existing:
+            return None if existing[0].corrupt else existing[0]
+        return self._holding(key, featureset) if rule == Existing.HOLDING else None
+
+    def _holding(self, key: EntryKey, featureset: FeatureSet) -> Manifest | None:
+        """The newest sound version of the stored entry nearest `featureset` among those of the key's model
+        revision and backend whose featureset holds it (a union of recipes' layers serves each recipe's reads)."""
+        where = EntryFilter(prompt_hash=key.prompt_hash, model_revision=key.model_revision, backend=key.backend)
+        newest = {m.featureset_id: m for m in self.versions.find(where, limit=_CANDIDATES)}  # oldest first
+        nearest = nearest_holding((m.featureset for m in newest.values() if not m.corrupt), featureset)
+        return newest[nearest.id] if nearest is not None else None
+
     def extract(
         self, request: ExtractRequest, *, run_now: bool = False, completions: Completions | None = None
     ) -> ExtractResponse:
@@ -117,9 +135,11 @@ class FeatureWriter:
         for index, sample in enumerate(samples):
             key = EntryKey(sample.parsed.prompt_hash, models.spec.revision, backend.value, featureset.id)
             existing = self.versions.versions(key)
-            if existing and not request.force and not existing[0].corrupt:
-                results[index] = _result(sample.parsed, ExtractStatus.EXISTING, existing[0])
-                continue
+            if not request.force:
+                stored = self._stored(existing, key, featureset, request.existing)
+                if stored is not None:
+                    results[index] = _result(sample.parsed, ExtractStatus.EXISTING, stored)
+                    continue
             flight, leads = self._flights.join(key)
             if leads:
                 todo.append((index, key, bool(existing)))

@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
 from schemas.manifest import Manifest
-from schemas.states import CompletionSource, ExtractStatus, ItemState, JobState
+from schemas.states import CompletionSource, Existing, ExtractStatus, ItemState, JobState
 from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
 from service.catalog.job_records import JobItem, JobRecord
@@ -239,7 +239,10 @@ class JobRunner:
                 for position, item in enumerate(batch)
                 if item.completion_ids is not None
             }
-            request = ExtractRequest(samples=[i.sample for i in batch], featureset=featureset, backend=backend)
+            # a warm job warms reads: what a stored featureset holding the job's serves is already there
+            request = ExtractRequest(
+                samples=[i.sample for i in batch], featureset=featureset, backend=backend, existing=Existing.HOLDING
+            )
             return self.writer.extract(request, run_now=True, completions=completions).results
 
         try:

@@ -6,7 +6,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from schemas.featureset import FeatureSet, build_target_layer_ids, parse_layers
+from schemas.featureset import FeatureSet, build_target_layer_ids, nearest_holding, parse_layers
 
 
 def test_default_layers_are_dflash() -> None:
@@ -51,3 +51,22 @@ def test_layer_range_is_checked_against_the_model() -> None:
     FeatureSet(layers=["embed", 0, 7, "final_norm"]).check_against(8)
     with pytest.raises(ValueError, match="out of range"):
         FeatureSet(layers=[8]).check_against(8)
+
+
+def test_a_featureset_holds_another_of_its_dtype_with_fewer_layers_and_no_more_asked() -> None:
+    union = FeatureSet(layers=["embed", 1, 2, 5], target_ids=True)
+    assert union.holds(FeatureSet(layers=[1, 5])) and union.holds(FeatureSet(layers=[2], target_ids=True))
+    assert not union.holds(FeatureSet(layers=[1, 3]))
+    assert not union.holds(FeatureSet(layers=[1], dtype="float8_e4m3fn"))
+    assert not union.holds(FeatureSet(layers=[1], top_k=4))
+    assert not FeatureSet(layers=[1], top_k=8).holds(FeatureSet(layers=[1], top_k=4))  # its mass is over 8
+
+
+def test_the_nearest_holding_featureset_is_itself_then_the_fewest_layers_then_the_fewest_extras() -> None:
+    wanted = FeatureSet(layers=[1, 5])
+    wide, narrow = FeatureSet(layers=[1, 2, 5, 6]), FeatureSet(layers=[1, 5, 6])
+    extra = FeatureSet(layers=[1, 5, 7], top_k=4)
+    assert nearest_holding([wide, narrow, extra], wanted) == narrow
+    assert nearest_holding([wide, narrow, wanted], wanted) == wanted
+    assert nearest_holding([extra, wide], wanted) == extra
+    assert nearest_holding([FeatureSet(layers=[2])], wanted) is None

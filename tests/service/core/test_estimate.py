@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from client import BackendUnavailableError, FeatureClient, FeatureSet, SampleRejectedError
+from client import BackendUnavailableError, FeatureClient, FeatureSet, InvalidRequestError, SampleRejectedError
 from hsstore.cli import app as cli
 from tests.conftest import coding_prompts
 
@@ -62,3 +62,26 @@ def test_the_cli_prints_the_estimate(live_url: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["estimate", str(prompts), "--url", live_url, "--tokens-per-s", "5000"])
     assert result.exit_code == 0, result.output
     assert "stored bytes" in result.output and "GPU-hours" in result.output and "5,000 tok/s" in result.output
+
+
+def test_recipes_are_estimated_as_their_union_beside_each_on_its_own(
+    client: FeatureClient, live_url: str, tmp_path: Path
+) -> None:
+    prompts = coding_prompts()[:4]
+    recipes = [[1, 4, 6], [2, 4, 6], [1, 5, 6]]
+    report = client.estimate(prompts, recipes=recipes, backends=["torch"], tokens_per_s=1000.0)
+    union = client.estimate(prompts, featureset=[1, 2, 4, 5, 6], backends=["torch"], tokens_per_s=1000.0)
+    assert report.featureset_id == union.featureset_id and report.raw_bytes == union.raw_bytes
+    alone = [client.estimate(prompts, featureset=r, backends=["torch"], tokens_per_s=1000.0) for r in recipes]
+    assert [c.raw_bytes for c in report.recipes] == [a.raw_bytes for a in alone]
+    assert [c.featureset_id for c in report.recipes] == [a.featureset_id for a in alone]
+    assert all(c.gpu_hours == report.gpu_hours for c in report.recipes)  # each recipe is a forward of its own
+    assert report.raw_bytes < sum(c.raw_bytes for c in report.recipes)  # layers 4 and 6 are stored once
+    with pytest.raises(InvalidRequestError, match="one dtype"):
+        client.estimate(prompts, recipes=[[1], FeatureSet(layers=[2], dtype="float8_e4m3fn")])
+    prompts_file = tmp_path / "prompts.jsonl"
+    prompts_file.write_text('{"text": "def g(x): return x"}\n')
+    args = ["estimate", str(prompts_file), "--url", live_url, "--recipe", "1,4,6", "--recipe", "2,4,6"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "the union" in result.output and "recipes one by one" in result.output and "2 extractions" in result.output
