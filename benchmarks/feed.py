@@ -31,10 +31,11 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
 Every variant runs in a process of its own, restricted to `n` cores (its CPU affinity; the decode pool sizes itself
 from it), with `n` threads each assembling whole batches, `n` batches ahead (a `ProcessFeed`: its own depth); the
 service's processes run on other cores where the machine has them. Each delivers one stream of batches: a warm-up (a
-pass over them, longer where the pipeline is deeper), the timed pass, then the pipeline's depth more; the clock runs
-from the arrival of the warm-up's last batch to that of the timed pass's last: the sustained rate of a training run
-of thousands of batches (the pipeline full at both ends, its memory recycled), with neither the fill nor the drain
-of a short run. Rounds interleave the variants and core counts; the best round counts. Per variant and core count:
+pass over them, longer where the pipeline is deeper), the timed passes (at least three pipeline depths), then the
+pipeline's depth more; the clock runs from the arrival of the warm-up's last batch to that of the timed passes'
+last: the sustained rate of a training run of thousands of batches (the pipeline full at both ends, its memory
+recycled), with neither the fill nor the drain of a short run. Rounds interleave the variants and core counts; the
+best round counts. Per variant and core count:
 GB/s and tokens/s delivered, client CPU-s/GB (with a `ProcessFeed`'s workers), the share of the loop spent waiting,
 and the ratio to the anchor at the same core count.
 The last line is the JSON record.
@@ -49,6 +50,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -150,11 +152,14 @@ def measure(spec: dict) -> dict:
     # one stream: a warm-up (a pass, and at least the pipeline's depth and two: what fills the memory it recycles),
     # then the timed pass, then the pipeline's depth more so that it stays full. The clock runs from the arrival of
     # the warm-up's last batch to that of the timed pass's last, so the work in flight when it starts is the work in
-    # flight when it stops: the sustained rate, no fill and no drain of a short run
+    # flight when it stops: the sustained rate, no fill and no drain of a short run. The timed passes are at least
+    # three depths long: batches arrive in order, so a window shorter than the depth can be one that was all done
+    # while the consumer waited for the batch before it (a 12-core feed 24 batches deep once "delivered" 1.6 TB/s)
     depth = feed.ahead if feed is not None else n
     warm = max(len(batches), depth + 2)
-    stream = [batches[i % len(batches)] for i in range(warm + len(batches) + depth)]
-    first, last = warm - 1, warm + len(batches) - 1
+    timed = len(batches) * math.ceil(3 * depth / len(batches))
+    stream = [batches[i % len(batches)] for i in range(warm + timed + depth)]
+    first, last = warm - 1, warm + timed - 1
 
     def delivered() -> Iterator[dict]:
         if feed is not None:
@@ -207,7 +212,7 @@ def measure(spec: dict) -> dict:
             "tok_s": tokens / elapsed,
             "cpu_s_per_gb": cpu / (payload / GB),
             "wait_share": waited / elapsed,
-            "mean_wait_ms": waited / len(batches) * 1000,
+            "mean_wait_ms": waited / timed * 1000,
         }
 
     try:
