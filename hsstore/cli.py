@@ -29,7 +29,6 @@ for command in (
     cli_write.extract,
     cli_write.warm,
     cli_write.estimate,
-    cli_ops.jobs,
     cli_ops.workers,
     cli_ops.health,
     cli_read.get,
@@ -43,6 +42,7 @@ app.command("rebuild-catalog")(cli_admin.rebuild_catalog)
 app.command()(cli_admin.migrate)
 app.command()(cli_admin.verify)
 app.command("import")(cli_exchange.import_)
+app.add_typer(cli_ops.jobs_app, name="jobs")
 app.add_typer(cli_ops.window_app, name="window")
 app.add_typer(cli_datasets.dataset_app, name="dataset")
 

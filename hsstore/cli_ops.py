@@ -5,30 +5,43 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from hsstore import cli_output as out
 from hsstore.cli_options import JsonOption, client_of, console
 
 
+class _JobsGroup(TyperGroup):
+    """`hsstore jobs ID` shows that job, as `hsstore jobs show ID` does: a word that names no subcommand is a job
+    id (or a prefix of one)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["show", *args]
+        return super().resolve_command(ctx, args)
+
+
+jobs_app = typer.Typer(
+    help="Warm jobs: list them (no subcommand), show one, cancel one", cls=_JobsGroup, invoke_without_command=True
+)
+
+
+@jobs_app.callback()
 def jobs(
     ctx: typer.Context,
-    job_id: Annotated[str | None, typer.Argument(help="show this job (its id or a unique prefix)")] = None,
-    cancel: Annotated[str | None, typer.Option(help="cancel this job (its id or a unique prefix)")] = None,
+    cancel: Annotated[
+        str | None, typer.Option(help="cancel this job (kept for a release: say `hsstore jobs cancel ID`)")
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List warm jobs, show one, or cancel one."""
+    """List warm jobs (or, with a subcommand, show or cancel one)."""
+    if cancel:
+        jobs_cancel(ctx, cancel)
+    if ctx.invoked_subcommand is not None:
+        return
     with client_of(ctx) as client:
-        if cancel:
-            cancelled = client.cancel_job(cancel)
-            console.print(f"job {cancelled.id}: {cancelled.state}")
-        if job_id is not None:
-            job = client.job(job_id)
-            if as_json:
-                typer.echo(job.model_dump_json(indent=2))
-            else:
-                out.print_job(job)
-            return
         listed = client.jobs()
     if as_json:
         typer.echo(json.dumps([job.model_dump(mode="json") for job in listed], indent=2))
@@ -36,6 +49,31 @@ def jobs(
         out.print_jobs(listed)
     else:
         console.print("no jobs")
+
+
+@jobs_app.command("show")
+def jobs_show(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(help="the job's id or a unique prefix")],
+    as_json: JsonOption = False,
+) -> None:
+    """One job: done / total, tokens, tok/s, per-sample errors."""
+    with client_of(ctx) as client:
+        job = client.job(job_id)
+    if as_json or (ctx.parent is not None and ctx.parent.params.get("as_json")):
+        typer.echo(job.model_dump_json(indent=2))
+    else:
+        out.print_job(job)
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(
+    ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="the job's id or a unique prefix")]
+) -> None:
+    """Cancel a job: its pending samples are not extracted; what it stored stays."""
+    with client_of(ctx) as client:
+        cancelled = client.cancel_job(job_id)
+    console.print(f"job {cancelled.id}: {cancelled.state}")
 
 
 # What `window open` and `close` say on a service without windows: both succeed, neither changes anything

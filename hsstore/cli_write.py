@@ -245,7 +245,7 @@ def warm(
             console.print(
                 f"stopped following job {status.id}: it goes on in the service ({status.done + status.failed}/"
                 f"{status.total} done so far)\n  follow it: hsstore jobs {status.id}; stop it: hsstore jobs "
-                f"--cancel {status.id}"
+                f"cancel {status.id}"
             )
         raise typer.Exit(INTERRUPTED) from None
     took = f" in {status.elapsed_s:,.1f} s" if status.elapsed_s is not None else ""

@@ -103,8 +103,8 @@ def test_an_interrupted_warm_says_the_job_goes_on_and_how_to_stop_it(
     assert command.returncode == 130, stderr
     said = " ".join(stderr.split())
     assert f"stopped following job {job_id[1]}: it goes on in the service (0/3 done so far)" in said
-    assert f"stop it: hsstore jobs --cancel {job_id[1]}" in said
-    cancelled = ok("jobs", "--cancel", job_id[1], "--url", server.url)  # and what it said works
+    assert f"stop it: hsstore jobs cancel {job_id[1]}" in said
+    cancelled = ok("jobs", "cancel", job_id[1], "--url", server.url)  # and what it said works
     assert httpx.get(f"{server.url}/v1/jobs/{job_id[1]}").json()["state"] == "cancelled", cancelled
 
 
