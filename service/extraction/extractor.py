@@ -11,7 +11,6 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -19,9 +18,10 @@ import transformers
 
 from schemas import fp8
 from schemas.backend import RULE, SPECS, Backend, Fingerprint
-from schemas.featureset import FINAL_NORM, FeatureSet
+from schemas.featureset import FeatureSet
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 from service.extraction.batching import describe, plan_batches
+from service.extraction.bit_checks import BitChecks, TokenSequence
 from service.extraction.lean_forward import capture, chunked_heads
 from service.extraction.packing import Pack, PackPolicy, pack_inputs, per_sequence, plan_packs
 from service.extraction.results import Extraction, Labels, PendingExtraction
@@ -32,21 +32,11 @@ from service.model.kernels import version_of
 from service.model.loader import LoadedModel
 
 log = logging.getLogger("hsstore.extraction")
-# Device kinds where right-padded batches may run at all (after their probe). Not the CPU: on one EPYC host the probe
-# passed and real requests' batched bits still differed from one-by-one extraction, so the audit failed them.
-BATCHING_DEVICES = frozenset({"cuda"})
 # Device kinds where fixed-shape packs run (service/extraction/packing.py). Not the CPU, a development device: that a
 # row's bits do not depend on where it sits in a pack is tested there only at one offset, which is what every CPU's
 # kernels must give; on the GPU it is tested at every offset, for every backend (tests/gpu).
 PACKING_DEVICES = frozenset({"cuda"})
 _SUMMARY = "layer summary"
-
-
-@dataclass(frozen=True, slots=True)
-class _Sequence:
-    ids: list[int]
-    prompt_tokens: int
-    completion_source: str | None
 
 
 class Extractor:
@@ -65,9 +55,7 @@ class Extractor:
         self.batch_tokens = batch_tokens
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self._copy_stream = torch.cuda.Stream(loaded.device) if loaded.device.type == "cuda" else None
-        self._calibrated: dict[tuple[int, Backend], int] = {}
-        self._fused: FusedForwards | None = None
-        self._fusion_checked: dict[Backend, bool] = {}
+        self.checks = BitChecks(loaded, self._forward, fuse)  # which faster ways of running keep the bits, here
 
     @property
     def pack_policy(self) -> PackPolicy | None:
@@ -116,7 +104,7 @@ class Extractor:
         loaded = self.loaded
         pack = self.pack_policy if pack == "default" else pack
         with self._lock, self._on_device(), torch.inference_mode(), loaded.kernels.running(backend) as run:
-            fused = self._fusion(backend)
+            fused = self.checks.fusion(backend)
             sequences = [self._complete(encoded) for encoded, _ in items]
             run.verify()
             if pack is not None:
@@ -142,7 +130,7 @@ class Extractor:
                         )
                         yield segment.index, finished
                 return
-            budget = self._batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
+            budget = self.checks.batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
             fingerprint = self.fingerprint(backend, budget, fused is not None)
             for forward, batch in enumerate(plan_batches([len(s.ids) for s in sequences], budget)):
                 rows = [sequences[i] for i in batch]
@@ -159,31 +147,12 @@ class Extractor:
     def batching_keeps_bits(self, batch_tokens: int, backend: Backend) -> bool:
         """Whether batches of `batch_tokens` give every sequence the bits it gets alone, here (probed once)."""
         with self._lock, self._on_device(), torch.inference_mode(), self.loaded.kernels.running(backend):
-            return self._batch_budget(batch_tokens, backend) == batch_tokens
-
-    def _batch_budget(self, requested: int, backend: Backend) -> int:
-        """Batching may only change how fast, never the bits. A probe on a few shapes proves nothing for the shapes
-        a real request brings, so right-padded batches never run where they are not proven per device kind: on the
-        CPU (a development device) never, whatever a probe finds. Elsewhere, the first time a budget is asked for,
-        probe sequences run alone and batched through every layer; if any bit differs, batching stays off."""
-        if requested <= 0 or self.loaded.device.type not in BATCHING_DEVICES:
-            return 0
-        if (requested, backend) not in self._calibrated:
-            keeps_bits = self._batching_keeps_bits(requested)
-            if not keeps_bits:
-                log.warning(
-                    "batches of %d tokens change bits on %s (%s): extracting one sequence per forward",
-                    requested,
-                    self.loaded.device,
-                    backend.value,
-                )
-            self._calibrated[(requested, backend)] = requested if keeps_bits else 0
-        return self._calibrated[(requested, backend)]
+            return self.checks.batch_budget(batch_tokens, backend) == batch_tokens
 
     def fusion_keeps_bits(self, backend: Backend) -> bool:
         """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
         with self._lock, self._on_device(), torch.inference_mode(), self.loaded.kernels.running(backend):
-            return self._fusion(backend) is not None
+            return self.checks.fusion(backend) is not None
 
     def _on_device(self) -> contextlib.AbstractContextManager:
         """The model's (first) GPU as this thread's current device: Triton kernels (fla's, ours) launch on the
@@ -191,50 +160,7 @@ class Extractor:
         device = self.loaded.device
         return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
-    def _fusion(self, backend: Backend) -> FusedForwards | None:
-        """The fused forwards, once probe sequences gave every layer the eager bits with them under `backend`."""
-        if not self.fuse:
-            return None
-        if backend not in self._fusion_checked:
-            if self._fused is None and not self._fusion_checked:
-                self._fused = FusedForwards.for_model(self.loaded.model, self.loaded.device)
-            keeps_bits = self._fused is not None and self._fusion_keeps_bits(self._fused)
-            if self._fused is not None and not keeps_bits:
-                log.warning(
-                    "fused elementwise forwards change bits on %s (%s): running eager",
-                    self.loaded.device,
-                    backend.value,
-                )
-            self._fusion_checked[backend] = keeps_bits
-        return self._fused if self._fusion_checked[backend] else None
-
-    def _fusion_keeps_bits(self, fused: FusedForwards) -> bool:
-        every_layer = FeatureSet(layers=[*range(self.loaded.num_layers), FINAL_NORM])
-        for probe in self._probes((300, 1000)):
-            eager, _ = self._forward([probe], every_layer)
-            with_fusion, _ = self._forward([probe], every_layer, fused)
-            if not torch.equal(eager, with_fusion):
-                return False
-        return True
-
-    def _probes(self, lengths: Sequence[int]) -> list[_Sequence]:
-        generator = torch.Generator().manual_seed(0)
-        vocab = int(self.loaded.config.vocab_size)
-        return [_Sequence(torch.randint(0, vocab, (n,), generator=generator).tolist(), n, None) for n in lengths]
-
-    def _batching_keeps_bits(self, budget: int) -> bool:
-        lengths = [n for n in (17, 129, 300, 1000, 1023) if 2 * n <= budget] or [1]
-        probes = self._probes(lengths)
-        every_layer = FeatureSet(layers=list(range(self.loaded.num_layers)))
-        alone = [self._forward([probe], every_layer)[0][0] for probe in probes]
-        for batch in plan_batches(lengths, budget):
-            together, _ = self._forward([probes[i] for i in batch], every_layer)
-            for row, index in enumerate(batch):
-                if not torch.equal(together[row, : lengths[index]], alone[index]):
-                    return False
-        return True
-
-    def _complete(self, encoded: EncodedPrompt) -> _Sequence:
+    def _complete(self, encoded: EncodedPrompt) -> TokenSequence:
         completion = encoded.completion_ids or []
         if encoded.greedy_max_new_tokens is not None:
             prompt = torch.tensor([encoded.prompt_ids], dtype=torch.long, device=self.loaded.device)
@@ -245,10 +171,15 @@ class Extractor:
                 do_sample=False,
             )
             completion = generated[0, prompt.shape[1] :].tolist()
-        return _Sequence(encoded.prompt_ids + completion, len(encoded.prompt_ids), encoded.completion_source)
+        return TokenSequence(encoded.prompt_ids + completion, len(encoded.prompt_ids), encoded.completion_source)
 
     def _forward_pack(
-        self, pack: Pack, sequences: list[_Sequence], featureset: FeatureSet, fused: FusedForwards | None, varlen: bool
+        self,
+        pack: Pack,
+        sequences: list[TokenSequence],
+        featureset: FeatureSet,
+        fused: FusedForwards | None,
+        varlen: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[1, shape, n_layers, H] hidden states of one pack, and the final norm's output when logits are needed."""
         inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self._copy_stream is not None)
@@ -275,7 +206,7 @@ class Extractor:
         return chunked_heads(self.loaded.model.get_output_embeddings(), normed, self.target_ids_chunk, featureset)
 
     def _forward(
-        self, rows: list[_Sequence], featureset: FeatureSet, fused: FusedForwards | None = None
+        self, rows: list[TokenSequence], featureset: FeatureSet, fused: FusedForwards | None = None
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """[B, T, n_layers, H] hidden states (right-padded) and, per row, what the featureset takes from the logits
         of its own tokens (`chunked_heads`; empty when it takes nothing)."""
@@ -296,7 +227,7 @@ class Extractor:
 
     def _finish(
         self,
-        seq: _Sequence,
+        seq: TokenSequence,
         padded_hidden: torch.Tensor,
         heads: dict[str, torch.Tensor],
         featureset: FeatureSet,

@@ -7,7 +7,7 @@ arithmetic in two Triton passes around torch's own mean (fused_kernels.py says h
 Proof before use, per device: `FusedForwards.for_model` runs every kernel over all 65,536 bfloat16 values against the
 eager torch ops (and the norms' `rsqrt(variance + eps)` over every non-negative float32), and the extractor runs
 probe sequences through every layer fused and eager and compares all bits before it fuses anything
-(`Extractor._fusion_keeps_bits`). Where Triton or CUDA is missing, or any bit differs, the
+(`BitChecks.fusion`, service/extraction/bit_checks.py). Where Triton or CUDA is missing, or any bit differs, the
 eager modules run, and the fingerprint's `elementwise` field names what ran either way.
 """
 

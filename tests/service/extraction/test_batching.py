@@ -10,9 +10,9 @@ import torch
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from service.extraction import extractor
+from service.extraction import bit_checks
 from service.extraction.batching import describe, plan_batches
-from service.extraction.extractor import Extractor
+from service.extraction.bit_checks import BitChecks
 from service.main import Services, build_services
 from service.model.loader import LoadedModel
 from service.settings import Settings
@@ -35,7 +35,7 @@ def test_plan_batches_respects_the_token_budget() -> None:
 @pytest.fixture
 def cpu_may_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let the probe decide on the CPU, as it does on a GPU: the forced-probe tests below test that decision."""
-    monkeypatch.setattr(extractor, "BATCHING_DEVICES", frozenset({"cuda", "cpu"}))
+    monkeypatch.setattr(bit_checks, "BATCHING_DEVICES", frozenset({"cuda", "cpu"}))
 
 
 def _libraries(settings: Settings, loaded: LoadedModel) -> tuple[Services, Services]:
@@ -48,7 +48,7 @@ def _libraries(settings: Settings, loaded: LoadedModel) -> tuple[Services, Servi
 def test_a_probe_that_finds_changed_bits_keeps_one_sequence_per_forward(
     settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, forward_sizes: list[int]
 ) -> None:
-    monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: False)
+    monkeypatch.setattr(BitChecks, "_batching_keeps_bits", lambda self, budget: False)
     one, batched = _libraries(settings, tiny_loaded)
     expected = [r.manifest.content_hash for r in one.writer.extract(REQUEST).results]
     forward_sizes.clear()
@@ -63,7 +63,7 @@ def test_a_probe_that_finds_changed_bits_keeps_one_sequence_per_forward(
 def test_a_probe_that_finds_every_bit_kept_batches_and_says_so(
     settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch, forward_sizes: list[int]
 ) -> None:
-    monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: True)
+    monkeypatch.setattr(BitChecks, "_batching_keeps_bits", lambda self, budget: True)
     one, batched = _libraries(settings, tiny_loaded)
     alone = {r.prompt_hash: r.manifest for r in one.writer.extract(REQUEST).results}
     forward_sizes.clear()
@@ -88,7 +88,7 @@ def test_the_cpu_never_batches_whatever_a_probe_finds(
 ) -> None:
     """A probe on a few shapes proved nothing for other shapes on one EPYC host: the CPU runs one by one."""
     probed: list[int] = []
-    monkeypatch.setattr(Extractor, "_batching_keeps_bits", lambda self, budget: probed.append(budget) or True)
+    monkeypatch.setattr(BitChecks, "_batching_keeps_bits", lambda self, budget: probed.append(budget) or True)
     one, batched = _libraries(settings, tiny_loaded)
     expected = [r.manifest.content_hash for r in one.writer.extract(REQUEST).results]
     forward_sizes.clear()
