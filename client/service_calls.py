@@ -17,14 +17,13 @@ from schemas.api import (
     AuditRequest,
     CompareReport,
     EntriesPage,
-    EstimateReport,
-    EstimateRequest,
     ExtractRequest,
     ExtractResponse,
     ImportRequest,
     ImportResult,
     Info,
 )
+from schemas.estimates import EstimateReport, EstimateRequest
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import SAFETENSORS_MEDIA_TYPE
 from schemas.job_api import JobList, JobRequest, JobStatus, WindowOpenRequest, WindowState, WorkerLease, WorkerList

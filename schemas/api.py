@@ -198,48 +198,6 @@ class BatchRequest(BaseModel):
         return keys
 
 
-class EstimateRequest(BaseModel):
-    """What extracting these samples would take, before anything runs."""
-
-    samples: list[RawSample] = Field(min_length=1)
-    featureset: FeatureSet | None = None
-    recipes: list[FeatureSet] | None = Field(
-        default=None,
-        min_length=1,
-        max_length=64,
-        description="instead of a featureset: estimate their union, beside each recipe extracted on its own",
-    )
-    backends: list[BackendChoice] = Field(default_factory=lambda: ["auto"], min_length=1)
-    tokens_per_s: float | None = Field(default=None, gt=0, description="the GPU's extraction rate, if known")
-
-
-class RecipeCost(BaseModel):
-    """One recipe extracted on its own, beside the union that holds it."""
-
-    featureset_id: str
-    layers: list[LayerId]
-    raw_bytes: int
-    stored_bytes: int
-    gpu_hours: float | None
-
-
-class EstimateReport(BaseModel):
-    samples: int
-    tokens: int  # per backend: prompt (with the chat template) plus completion tokens (greedy: the most allowed)
-    backends: list[str]
-    featureset_id: str
-    dtype: str
-    bytes_per_token: int  # as stored before compression: the hidden states plus the ids (and masks) per token
-    raw_bytes: int  # every sample for every backend, before compression
-    compression_ratio: float
-    compression_ratio_source: str
-    stored_bytes: int
-    tokens_per_s: float | None
-    tokens_per_s_source: str
-    gpu_hours: float | None
-    recipes: list[RecipeCost] = Field(default_factory=list)  # with `recipes`: each on its own (the report: the union)
-
-
 IMPORT_METADATA = "import"  # the safetensors metadata key of an import body that carries its ImportRequest
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from math import prod
 
-from schemas.api import EstimateReport, EstimateRequest, RecipeCost
 from schemas.codecs import MEASURED_RATIO, StoreCodec
+from schemas.estimates import EstimateReport, EstimateRequest, RecipeCost
 from schemas.featureset import FeatureSet, union_of
 from schemas.keys import EntryFilter
 from schemas.tensors import DTYPES

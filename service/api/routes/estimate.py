@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from schemas.api import EstimateReport, EstimateRequest
+from schemas.estimates import EstimateReport, EstimateRequest
 from service.api.deps import EstimatorDep, ReadScope
 from service.api.openapi import errors
 
