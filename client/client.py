@@ -18,7 +18,7 @@ from client.chunk_checks import DeferredCopy
 from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
-from client.keys import KeyLike, batch_item, part_of_parts
+from client.keys import KeyLike, batch_item, part_of_parts, snapshot_key
 from client.receive import Verify, decode_any, receive_chunks
 from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
@@ -266,7 +266,7 @@ class FeatureClient(ServiceCalls):
         shows, as dataset `name`; its `dataset_id` names exactly those versions from then on."""
         request = DatasetRequest(
             name=name,
-            keys=[batch_item(k) for k in keys] if keys is not None else None,
+            keys=[snapshot_key(k) for k in keys] if keys is not None else None,
             model_revision=model_revision,
             backend=backend,
             featureset=featureset.id if isinstance(featureset, FeatureSet) else featureset,

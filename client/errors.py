@@ -85,6 +85,14 @@ class BackendUnavailableError(HsstoreError):
     pass
 
 
+class RevisionUnavailableError(HsstoreError):
+    """Extraction asked of a model revision the service does not run (409)."""
+
+
+class NameTakenError(HsstoreError):
+    """A dataset name that already names another snapshot (409): choose another name."""
+
+
 class DirectReadsUnavailableError(HsstoreError):
     """The service keeps its blobs on its own disk: read through it (FeatureClient(direct_reads=False))."""
 
@@ -154,6 +162,8 @@ BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
     ErrorCode.BACKEND_UNAVAILABLE: BackendUnavailableError,
     ErrorCode.WINDOW_CLOSED: WindowClosedError,
     ErrorCode.DIRECT_READS_UNAVAILABLE: DirectReadsUnavailableError,
+    ErrorCode.NAME_TAKEN: NameTakenError,
+    ErrorCode.REVISION_UNAVAILABLE: RevisionUnavailableError,
     ErrorCode.MODEL_UNAVAILABLE: ModelUnavailableError,
     ErrorCode.NOT_READY: NotReadyError,
     ErrorCode.STORE_UNAVAILABLE: StoreUnavailableError,

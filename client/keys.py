@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from client.errors import InvalidRequestError
-from schemas.api import BatchItem
+from schemas.api import BatchItem, LayersKey
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import FeatureKey
 from schemas.tokens import TokenRange
@@ -60,3 +60,11 @@ def featureset_of(layers: FeatureSet | Sequence[LayerId] | None) -> FeatureSet |
     if layers is None or isinstance(layers, FeatureSet):
         return layers
     return FeatureSet(layers=list(layers))
+
+
+def snapshot_key(key: KeyLike) -> LayersKey:
+    """A dataset's key: a read's key with its layers; a token range is a read's, not a snapshot's."""
+    item = batch_item(key)
+    if item.tokens is not None:
+        raise InvalidRequestError("a dataset pins whole entries: give keys without a token range")
+    return LayersKey(**item.model_dump(exclude={"tokens"}))

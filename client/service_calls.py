@@ -233,7 +233,7 @@ class ServiceCalls:
         return self._transport.call(WorkerList, "GET", "/v1/workers").workers
 
     def cancel_job(self, job_id: str) -> JobStatus:
-        return self._transport.call(JobStatus, "DELETE", f"/v1/jobs/{job_id}")
+        return self._transport.call(JobStatus, "POST", f"/v1/jobs/{job_id}/cancel")
 
     def window(self) -> WindowState:
         return self._transport.call(WindowState, "GET", "/v1/window")

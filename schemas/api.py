@@ -145,22 +145,29 @@ class AuditReport(BaseModel):
     results: list[AuditResult]
 
 
-class BatchItem(FeatureKey):
-    """One entry of a batch read, and optionally part of it: the same key as a single read, the same slice rules."""
+class LayersKey(FeatureKey):
+    """A key and the layers a read of it asks for (which, with a featureset's parts, also choose the entry)."""
 
     layers: list[LayerId] | None = Field(
-        default=None, min_length=1, max_length=1024, json_schema_extra={"uniqueItems": True}
-    )
-    tokens: str | None = Field(
-        default=None, description="half-open token range a:b", json_schema_extra={"pattern": TOKENS_PATTERN}
+        default=None, min_length=1, max_length=1024, description="in the order served; a layer named twice is read once"
     )
 
     @field_validator("layers")
     @classmethod
-    def _unique(cls, value: list[LayerId] | None) -> list[LayerId] | None:
-        if value is not None and len(set(value)) != len(value):
-            raise ValueError("layers names a layer twice")
-        return value
+    def _once(cls, value: list[LayerId] | None) -> list[LayerId] | None:
+        return list(dict.fromkeys(value)) if value is not None else None
+
+    @property
+    def key(self) -> FeatureKey:
+        return FeatureKey(**self.model_dump(exclude={"layers", "tokens"}))
+
+
+class BatchItem(LayersKey):
+    """One entry of a batch read, and optionally part of it: the same key as a single read, the same slice rules."""
+
+    tokens: str | None = Field(
+        default=None, description="half-open token range a:b", json_schema_extra={"pattern": TOKENS_PATTERN}
+    )
 
     @field_validator("tokens")
     @classmethod
@@ -168,10 +175,6 @@ class BatchItem(FeatureKey):
         if value is not None:
             parse_token_range(value)
         return value
-
-    @property
-    def key(self) -> FeatureKey:
-        return FeatureKey(**self.model_dump(exclude={"layers", "tokens"}))
 
     def token_range(self) -> TokenRange | None:
         return parse_token_range(self.tokens) if self.tokens is not None else None
@@ -231,8 +234,7 @@ class ImportResult(BaseModel):
 
 class DatasetRequest(BaseModel):
     """A dataset snapshot from whole versions: `keys` (each resolved as a read of it is, with its layers, to its
-    newest version and pinned; a token range is a read's, not a snapshot's), or every version a listing with these
-    filters shows, in listing order."""
+    newest version and pinned), or every version a listing with these filters shows, in listing order."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -250,7 +252,7 @@ class DatasetRequest(BaseModel):
     )
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    keys: list[BatchItem] | None = Field(default=None, min_length=1, max_length=200_000)
+    keys: list[LayersKey] | None = Field(default=None, min_length=1, max_length=200_000)
     model_revision: str | None = Field(default=None, json_schema_extra={"pattern": MODEL_REVISION.pattern})
     backend: StoredBackend | None = None
     featureset: str | None = Field(default=None, json_schema_extra={"pattern": FEATURESET_ID.pattern})

@@ -27,6 +27,8 @@ class ErrorCode(StrEnum):
     BACKEND_UNAVAILABLE = "backend_unavailable"
     WINDOW_CLOSED = "window_closed"
     DIRECT_READS_UNAVAILABLE = "direct_reads_unavailable"  # 409: the store is this host's disk, not an object store
+    REVISION_UNAVAILABLE = "revision_unavailable"  # 409: this service runs another model revision
+    NAME_TAKEN = "name_taken"  # 409: a dataset name already names another snapshot (names are never reused)
     # the service cannot do it now (503)
     MODEL_UNAVAILABLE = "model_unavailable"
     NOT_READY = "not_ready"

@@ -3,7 +3,7 @@ recipes, their union beside each on its own."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.api import RawSample
 from schemas.backend import BackendChoice
@@ -12,6 +12,13 @@ from schemas.featureset import FeatureSet, LayerId
 
 class EstimateRequest(BaseModel):
     """What extracting these samples would take, before anything runs."""
+
+    model_config = ConfigDict(
+        json_schema_extra={  # a featureset or recipes: not both (null is absent)
+            "anyOf": [{"not": {"required": [name]}} for name in ("featureset", "recipes")]
+            + [{"properties": {name: {"type": "null"}}} for name in ("featureset", "recipes")]
+        }
+    )
 
     samples: list[RawSample] = Field(min_length=1)
     featureset: FeatureSet | None = None

@@ -7,16 +7,37 @@ import hashlib
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from schemas.prompt_hash import canonical_json
+from schemas.validation import json_integer
 
 EMBED = "embed"
 FINAL_NORM = "final_norm"
-LayerId = int | Literal["embed", "final_norm"]
+
+
+def _layer(value: object) -> object:
+    """A layer as JSON gives it: an index (an integral number, 5 or 5.0, never true or false) or embed/final_norm;
+    checked here, before the union, so a refusal says what a layer is rather than why each branch refused it."""
+    if value in (EMBED, FINAL_NORM) and isinstance(value, str):
+        return value
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not value.is_integer())
+    ):
+        raise ValueError(f"a layer is an index (0, 1, ...) or 'embed' / 'final_norm', not {str(value)[:40]!r}")
+    if value < 0:
+        raise ValueError(f"layer {int(value)} is negative")
+    return int(value)
+
+
+# decoder layers count from 0
+LayerId = Annotated[Annotated[int, Field(ge=0)] | Literal["embed", "final_norm"], BeforeValidator(_layer)]
 # bfloat16 as the model computes it, or float8 (e4m3) with one float32 scale per token and layer (`schemas/fp8.py`)
 FeatureDtype = Literal["bfloat16", "float8_e4m3fn"]
 MAX_TOP_K = 1024
+TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K), BeforeValidator(json_integer)]  # 4.0 is 4, as JSON has it
 
 
 def layer_order(layer: LayerId) -> int:
@@ -73,15 +94,12 @@ class FeatureSet(BaseModel):
     layers: Annotated[list[LayerId], Field(min_length=1, max_length=1024)]
     dtype: FeatureDtype = "bfloat16"
     target_ids: bool = False
-    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] | None = None
+    top_k: TopK | None = None
 
     @field_validator("layers")
     @classmethod
     def _normalised(cls, layers: list[LayerId]) -> list[LayerId]:
         """Any order is accepted and normalised, so one set of layers has one id however it was written."""
-        for layer in layers:
-            if isinstance(layer, int) and layer < 0:
-                raise ValueError(f"layer {layer} is negative")
         return normalise_layers(layers)
 
     def canonical(self) -> dict[str, object]:

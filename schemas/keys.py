@@ -6,12 +6,12 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from schemas.backend import StoredBackend, check_backend
-from schemas.featureset import MAX_TOP_K, FeatureDtype, FeatureSet, LayerId
+from schemas.featureset import FeatureDtype, FeatureSet, LayerId, TopK
 from schemas.prompt_hash import prompt_hash as hash_prompt
 from schemas.validation import describe_errors
 
@@ -140,9 +140,7 @@ class FeatureKey(BaseModel):
         default=None, description="with the layers read: a featureset by its parts, served by any entry holding them"
     )
     target_ids: bool | None = Field(default=None, description="with dtype: the featureset holds target ids")
-    top_k: Annotated[int, Field(ge=1, le=MAX_TOP_K)] | None = Field(
-        default=None, description="with dtype: the featureset holds this top-k"
-    )
+    top_k: TopK | None = Field(default=None, description="with dtype: the featureset holds this top-k")
 
     _prompt_hash = field_validator("prompt_hash")(lambda value: check_prompt_hash(value))
     _model_revision = field_validator("model_revision")(lambda value: check_model_revision(value))
@@ -180,17 +178,28 @@ class FeatureKey(BaseModel):
         except ValidationError as exc:
             raise ValueError(describe_errors(exc.errors(include_url=False, include_input=False))) from None
 
+    @property
+    def by_parts(self) -> bool:
+        """Whether the key names parts of a featureset (dtype, target ids, top-k)."""
+        return self.dtype is not None or self.target_ids is not None or self.top_k is not None
+
+    def admits(self, stored: FeatureSet, layers: list[LayerId] | None) -> bool:
+        """Whether a stored featureset has every part of a featureset this key names (none named: any does): its
+        dtype, target ids and top-k where named, and then the layers read."""
+        if not self.by_parts:
+            return True
+        return (
+            (self.dtype is None or stored.dtype == self.dtype)
+            and (not self.target_ids or stored.target_ids)
+            and (self.top_k is None or stored.top_k == self.top_k)
+            and (not layers or set(layers) <= set(stored.layers))
+        )
+
     def wanted(self, layers: list[LayerId] | None) -> FeatureSet | None:
-        """The featureset this key names by its parts with the layers a read asks for; None for a key that names
-        none so. ValueError for parts that name no featureset."""
-        if self.dtype is None:
-            if self.target_ids is not None or self.top_k is not None:
-                raise ValueError("target_ids and top_k name a featureset by its parts: give its dtype too")
+        """The featureset this key names by its parts with the layers read, whose nearest stored holder serves the
+        read; None unless it names a dtype and the read names layers (and the key no featureset id)."""
+        if self.dtype is None or not layers or self.featureset is not None:
             return None
-        if self.featureset is not None:
-            raise ValueError("name a featureset by its id or by its parts (dtype and layers), not both")
-        if not layers:
-            raise ValueError("a featureset named by its parts (dtype) needs the layers read")
         return FeatureSet(layers=list(layers), dtype=self.dtype, target_ids=bool(self.target_ids), top_k=self.top_k)
 
     def params(self) -> dict[str, str]:

@@ -59,7 +59,8 @@ def exactly_one_of(*fields: str) -> dict[str, Any]:
     return {"oneOf": given}
 
 
-def _json_int(value: Any) -> Any:
+def json_integer(value: Any) -> Any:
+    """A JSON integer as Python takes it: 5.0 is 5, true and false are no integers (a BeforeValidator)."""
     if isinstance(value, bool):  # JSON's true is not an integer; Python's bool is one
         raise ValueError("must be an integer, not true or false")
     if isinstance(value, float) and value.is_integer():
@@ -69,5 +70,7 @@ def _json_int(value: Any) -> Any:
 
 # An integer as JSON Schema means one: integral numbers (5 and 5.0), never true, false or "5" (not for samples: their
 # hash is over the JSON as sent, where 5.0 and 5 differ, so a sample's token ids are integers as written)
-JsonInt = Annotated[int, Field(strict=True), BeforeValidator(_json_int)]
+JsonInt = Annotated[int, Field(strict=True), BeforeValidator(json_integer)]
+# (a constrained one: `Annotated[int, Field(ge=..), BeforeValidator(json_integer)]`, in that order, or the document
+# shows pydantic's own `ge` rather than JSON Schema's `minimum`)
 JsonBool = Annotated[bool, Field(strict=True)]  # true or false, never 0 or 1

@@ -64,6 +64,18 @@ class WindowClosed(HsstoreError):
     code = ErrorCode.WINDOW_CLOSED
 
 
+class RevisionUnavailable(HsstoreError):
+    """Extraction asked of a model revision this service does not run (as a backend it cannot run: 409)."""
+
+    code = ErrorCode.REVISION_UNAVAILABLE
+
+
+class NameTaken(HsstoreError):
+    """A dataset name already names another snapshot: a conflict with what is stored, not malformed input."""
+
+    code = ErrorCode.NAME_TAKEN
+
+
 class DirectReadsUnavailable(HsstoreError):
     """The blobs lie on this service's own disk: there is nothing a client could read directly."""
 

@@ -265,8 +265,9 @@ def create_app(
         setattr(app.state, name, getattr(services, name))
     error_handlers.install(app)
     openapi.mount_docs(app)
-    vocab_size = services.models.spec.vocab_size if services.models is not None else None
-    openapi.document_app(app, vocab_size, services.settings.window_margin_s)
+    spec = services.models.spec if services.models is not None else None
+    vocab_size, num_layers = (spec.vocab_size, spec.num_layers) if spec is not None else (None, None)
+    openapi.document_app(app, vocab_size, num_layers, services.settings.window_margin_s)
     routers = [
         module.router
         for module in (

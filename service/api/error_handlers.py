@@ -30,6 +30,8 @@ STATUS: dict[type[errors.HsstoreError], int] = {
     errors.WindowClosed: 409,
     errors.BackendUnavailable: 409,
     errors.DirectReadsUnavailable: 409,
+    errors.NameTaken: 409,
+    errors.RevisionUnavailable: 409,
     errors.ModelUnavailable: 503,
     errors.NotReady: 503,
     errors.StoreUnavailable: 503,

@@ -20,7 +20,10 @@ _MEANING = {
     401: "no bearer token, or an unknown one (when the service has tokens configured)",
     403: "the token lacks the scope this route needs",
     404: "no such entry or job",
-    409: "ambiguous key, backend not available on this host, or the extraction window is closed",
+    409: (
+        "ambiguous key, backend or model revision not available on this host, the extraction window is closed, or "
+        "a dataset name taken"
+    ),
     413: "request body, sample or response over a configured limit",
     422: "invalid input: the message names the field and the rule",
     500: "a stored entry failed its integrity check, or the service failed unexpectedly",
@@ -49,10 +52,11 @@ def binary_body(description: str, media_type: str) -> dict[str, Any]:
     return {"requestBody": {"required": True, "description": description, "content": content}}
 
 
-def document_app(app: FastAPI, vocab_size: int | None, margin_s: float) -> None:
+def document_app(app: FastAPI, vocab_size: int | None, num_layers: int | None, margin_s: float) -> None:
     """What this app's document says beyond its models, so it says what its validation does: every operation with a
     body may answer 400 (a body that is not text in its encoding; JSON that does not parse is a 422); token ids stop
-    below the model's vocabulary; a window is longer than the margin kept to hand the GPU back."""
+    below the model's vocabulary and layer indices below its layer count; a window is longer than the margin kept to
+    hand the GPU back."""
     build = app.openapi
 
     def document() -> dict[str, Any]:
@@ -63,7 +67,9 @@ def document_app(app: FastAPI, vocab_size: int | None, margin_s: float) -> None:
                     if "requestBody" in operation:
                         operation["responses"].setdefault("400", {"description": _MEANING[400], "content": _ENVELOPE})
             if vocab_size is not None:
-                _cap_token_ids(schema, vocab_size - 1)
+                _cap_integers(schema, "token_ids", vocab_size - 1)
+            if num_layers is not None:
+                _cap_integers(schema, "layers", num_layers - 1)
             minutes = schema["components"]["schemas"]["WindowOpenRequest"]["properties"]["minutes"]
             minutes["exclusiveMinimum"] = max(minutes.get("exclusiveMinimum", 0), margin_s / 60)
         return app.openapi_schema  # type: ignore[return-value]
@@ -71,20 +77,21 @@ def document_app(app: FastAPI, vocab_size: int | None, margin_s: float) -> None:
     app.openapi = document  # type: ignore[method-assign]
 
 
-def _cap_token_ids(node: Any, maximum: int, inside: bool = False) -> None:
-    """Every integer under a `token_ids` property (a sample's, its completion's) at most `maximum`."""
+def _cap_integers(node: Any, under: str, maximum: int, inside: bool = False) -> None:
+    """Every integer under an `under` property (a sample's `token_ids`, a featureset's `layers`) at most
+    `maximum`."""
     if isinstance(node, dict):
         if inside and node.get("type") == "integer":
             node["maximum"] = maximum
         for key, value in node.items():
             if key == "properties" and isinstance(value, dict):
                 for name, schema in value.items():
-                    _cap_token_ids(schema, maximum, inside or name == "token_ids")
+                    _cap_integers(schema, under, maximum, inside or name == under)
             else:
-                _cap_token_ids(value, maximum, inside)
+                _cap_integers(value, under, maximum, inside)
     elif isinstance(node, list):
         for value in node:
-            _cap_token_ids(value, maximum, inside)
+            _cap_integers(value, under, maximum, inside)
 
 
 def binary(description: str, *media_types: str) -> dict[int | str, dict[str, Any]]:

@@ -20,7 +20,7 @@ from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
 from service.core.verifier import Verifier
 from service.core.writer import FeatureWriter
-from service.errors import AmbiguousEntry, EntryNotFound, InvalidRequest
+from service.errors import AmbiguousEntry, EntryNotFound, InvalidRequest, RevisionUnavailable
 from service.extraction.extractor import Extractor
 from service.model.loader import ModelSpec
 from service.model.manager import ModelManager
@@ -85,7 +85,7 @@ class Auditor:
         """Extract `backend`'s entry for a prompt whose sample is known from another stored entry."""
         spec = configured(self.models).spec
         if key.model_revision not in (None, spec.revision):
-            raise InvalidRequest(f"this service runs model_revision {spec.revision}; it cannot extract another")
+            raise RevisionUnavailable(f"this service runs model_revision {spec.revision}; it cannot extract another")
         known = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash, featureset=key.featureset), limit=1)
         if not known:
             raise EntryNotFound(

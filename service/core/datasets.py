@@ -13,7 +13,7 @@ from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import Manifest
 from schemas.timestamps import utc_now
 from service.catalog.protocol import KeyValue, VersionCatalog
-from service.errors import CorruptEntry, DatasetNotFound, InvalidRequest
+from service.errors import CorruptEntry, DatasetNotFound, EntryNotFound, InvalidRequest, NameTaken
 from service.storage.protocol import Documents
 
 _NAME = "dataset:"  # the key/value table's names of datasets
@@ -33,7 +33,7 @@ class Datasets:
     def create(self, request: DatasetRequest) -> DatasetInfo:
         manifests = self._chosen(request)
         if not manifests:
-            raise InvalidRequest("no entries match: a dataset holds at least one")
+            raise EntryNotFound("no entries match: a dataset holds at least one")
         named = self.kv.kv_get(_NAME + request.name)
         keys = [(m.feature_key(), m.num_tokens) for m in manifests]
         created_at = utc_now()
@@ -42,7 +42,7 @@ class Datasets:
             again = datasets.encode(request.name, stored.header.created_at, keys)
             if datasets.dataset_id(again) == named:
                 return self._info(stored, len(stored_body))
-            raise InvalidRequest(f"dataset {request.name!r} already names {named}: give the new one another name")
+            raise NameTaken(f"dataset {request.name!r} already names {named}: give the new one another name")
         body = datasets.encode(request.name, created_at, keys)
         dataset_id = datasets.dataset_id(body)
         self.store.put_dataset(dataset_id.removeprefix("sha256:"), body)  # the index first, then its name
@@ -68,8 +68,6 @@ class Datasets:
         if request.keys is not None:
             if any(v is not None for v in (request.model_revision, request.backend, request.featureset, request.since)):
                 raise InvalidRequest("give keys or listing filters, not both")
-            if any(item.tokens is not None for item in request.keys):
-                raise InvalidRequest("a dataset pins whole entries: a token range is a read's, give none")
             return [self.resolve(item.key, item.layers) for item in request.keys]
         where = EntryFilter(
             model_revision=request.model_revision,

@@ -41,16 +41,13 @@ class FeatureReader:
     def resolve(self, key: FeatureKey, layers: list[LayerId] | None = None) -> Manifest:
         """The newest version of the one entry the key names; a key part left out must be unambiguous once the
         rules of `_preferred` have spoken."""
-        try:
-            wanted = key.wanted(layers)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
+        wanted = key.wanted(layers)
         found = _preferred(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers, wanted)
         if not found:
             stored = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash), limit=_CANDIDATES)
             if not stored:
                 raise EntryNotFound(f"no entry for prompt_hash {key.prompt_hash}")
-            asked = key.narrowing() + (f", layers={layers}" if wanted is not None else "")
+            asked = key.narrowing() + (f", layers={layers}" if layers else "")
             raise EntryNotFound(
                 f"no entry for prompt_hash {key.prompt_hash} with {asked}; stored: {_describe_keys(stored)}"
             )
@@ -69,18 +66,18 @@ class FeatureReader:
         return newest
 
     def part(self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None) -> Part:
-        """The part of an entry `layers` and `tokens` select; InvalidRequest if it is not in the entry or empty."""
+        """The part of an entry `layers` (a layer named twice is read once) and `tokens` select; EntryNotFound for
+        layers the entry does not hold, InvalidRequest for an empty part."""
         stored = list(manifest.featureset.layers)
         axis1: dict[str, tuple[int, ...]] = {}
         served_layers = stored
         if layers is not None:
             if not layers:
                 raise InvalidRequest("layers names no layer")
-            if len(set(layers)) != len(layers):
-                raise InvalidRequest("layers names a layer twice")
+            layers = list(dict.fromkeys(layers))
             missing = [layer for layer in layers if layer not in stored]
             if missing:
-                raise InvalidRequest(f"layers {missing} are not in this entry (it holds layers {stored})")
+                raise EntryNotFound(f"layers {missing} are not in this entry (it holds layers {stored})")
             positions = tuple(stored.index(layer) for layer in layers)
             if positions != tuple(range(len(stored))):
                 axis1 = {name: positions for name in LAYER_ARRAYS if name in manifest.tensors}
@@ -250,18 +247,18 @@ class FeatureReader:
 def _preferred(
     found: list[Manifest], key: FeatureKey, layers: list[LayerId] | None, wanted: FeatureSet | None
 ) -> list[Manifest]:
-    """The candidates the rules keep. A featureset named by its parts keeps only entries holding it, and of one
-    model revision and backend, the one featureset nearest it (itself, else the fewest layers, then the fewest
-    parts beyond it); the rest are soft: a rule that would keep none keeps all (the error then names them). A read
-    that names no backend prefers entries extracted here over imported (`unknown`) ones; one that names layers but
-    no featureset in no other way prefers featuresets holding those layers, and of those, exactly those."""
-    if wanted is not None:
-        found = [m for m in found if m.featureset.holds(wanted)]
+    """The candidates the rules keep. Parts of a featureset the key names keep only entries that have them (and the
+    layers read); with a dtype and layers (and no id), of one model revision and backend, the one featureset
+    nearest them (itself, else the fewest layers, then the fewest parts beyond). The rest are soft: a rule that
+    would keep none keeps all (the error then names them). A read that names no backend prefers entries extracted
+    here over imported (`unknown`) ones; one that names layers but no featureset in any way prefers featuresets
+    holding those layers, and of those, exactly those."""
+    found = [m for m in found if key.admits(m.featureset, layers)]
     rules = []
     if key.backend is None:
         chosen = measured_first({m.backend for m in found})
         rules.append(lambda m: m.backend in chosen)
-    if key.featureset is None and wanted is None and layers:
+    if key.featureset is None and not key.by_parts and layers:
         rules.append(lambda m: set(layers) <= set(m.featureset.layers))
         rules.append(lambda m: set(layers) == set(m.featureset.layers))  # and among those, exactly those layers
     for rule in rules:

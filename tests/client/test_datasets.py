@@ -10,7 +10,14 @@ import pytest
 from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
-from client import EntryStream, FeatureClient, IntegrityError, InvalidRequestError, NotFoundError, pad_collate
+from client import (
+    EntryStream,
+    FeatureClient,
+    IntegrityError,
+    NameTakenError,
+    NotFoundError,
+    pad_collate,
+)
 from hsstore.cli import app
 
 
@@ -29,7 +36,7 @@ def test_a_dataset_names_exactly_its_versions(client: FeatureClient, stored: lis
     assert index.dataset_id == info.dataset_id
     assert [index.key(i) for i in range(4)] == [m.feature_key() for m in stored[:4]]
     assert client.create_dataset("first-four", chosen) == info  # the same entries again: the same snapshot
-    with pytest.raises(InvalidRequestError, match="already names"):
+    with pytest.raises(NameTakenError, match="already names"):
         client.create_dataset("first-four", chosen[:2])
     everything = client.create_dataset("all", featureset=stored[0].featureset_id)
     assert everything.entries == len(stored)

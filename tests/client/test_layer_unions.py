@@ -108,17 +108,23 @@ def test_an_export_of_a_recipe_takes_each_prompt_from_the_entry_holding_it(
         assert torch.equal(record["hidden_states"][0], read.hidden_states.flatten(1))
 
 
-def test_parts_that_name_no_featureset_are_refused_in_words(client: FeatureClient, http: httpx.Client) -> None:
+def test_parts_of_a_featureset_narrow_a_read_as_any_other_key_part(client: FeatureClient, http: httpx.Client) -> None:
+    """Named without layers (or beside an id) the parts filter what is stored: never a refusal, a 404 when nothing
+    stored has them."""
     sample = _samples(1)[0]
     prompt_hash = client.extract([sample], featureset=UNION).results[0].prompt_hash
-    cases = {
-        "dtype=bfloat16": "needs the layers read",
-        "top_k=4&layers=1": "give its dtype too",
-        f"dtype=bfloat16&layers=1&featureset={UNION.id}": "not both",
-        "dtype=float16&layers=1": "dtype",
+    found = {
+        "dtype=bfloat16": 200,
+        "top_k=4": 404,
+        "target_ids=true&layers=1": 404,
+        f"dtype=bfloat16&layers=1&featureset={UNION.id}": 200,
+        f"dtype=float8_e4m3fn&featureset={UNION.id}": 404,
+        "dtype=float16&layers=1": 422,
     }
-    for query, message in cases.items():
+    for query, status in found.items():
         response = http.get(f"/v1/features/{prompt_hash}?{query}")
-        assert response.status_code in (400, 422) and message in response.text, (query, response.text)
-    response = http.post("/v1/features:batch", json={"keys": [{"prompt_hash": prompt_hash, "dtype": "bfloat16"}]})
-    assert response.status_code == 422 and "needs the layers read" in response.text, response.text
+        assert response.status_code == status, (query, response.text)
+    served = http.get(f"/v1/features/{prompt_hash}?dtype=bfloat16")
+    assert served.headers["x-hsstore-featureset"] == UNION.id
+    response = http.post("/v1/features:batch", json={"keys": [{"prompt_hash": prompt_hash, "top_k": 4}]})
+    assert response.status_code == 404 and "top_k=4" in response.text

@@ -19,7 +19,6 @@ from client import (
     FeatureClient,
     FeatureDataset,
     IntegrityError,
-    InvalidRequestError,
     NotFoundError,
     fetch_sample,
     pack_collate,
@@ -68,7 +67,7 @@ def test_batch_refuses_bad_or_missing_keys_before_sending_anything(
     assert http.post("/v1/features:batch", json={"keys": []}).status_code == 422
     with pytest.raises(NotFoundError):
         client.get_batch([good, {"prompt_hash": "0" * 64}])
-    with pytest.raises(InvalidRequestError, match="not in this entry"):
+    with pytest.raises(NotFoundError, match="not in this entry"):
         client.get_batch([good, {"prompt_hash": stored[1].prompt_hash, "layers": [7]}])
 
 

@@ -15,7 +15,7 @@ router = APIRouter(tags=["datasets"])
     dependencies=[WriteScope],
     response_model=DatasetInfo,
     summary="Snapshot whole versions as a named, immutable, content-addressed dataset",
-    responses=errors(401, 403, 404),
+    responses=errors(401, 403, 404, 409),
 )
 def create_dataset(request: DatasetRequest, store: DatasetsDep) -> DatasetInfo:
     """From `keys` (each resolved to its newest version) or from listing filters (every version they show, in

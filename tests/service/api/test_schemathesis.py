@@ -1,0 +1,68 @@
+"""schemathesis's checks, all of them, against a real server of the tiny model: the OpenAPI document says what the
+validation does (#24). Two disagreements are deliberate, each allowed here by what it says, and nothing else is:
+
+- token ids written as 5.0: JSON Schema calls them integers, but a sample's hash is over its JSON as sent, where
+  5.0 and 5 differ, so a sample's token ids are integers as written (`schemas/validation.py`);
+- an import body that is not a safetensors features body: its format is beyond what a schema can say of bytes.
+
+The deprecated `DELETE /v1/jobs/{id}` (a cancel that leaves the job readable) is left out, and the response time
+allowed is long: an audit of every stored entry on the CPU takes what it takes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+DELIBERATE = [
+    re.compile(r"ST202 .*must be an integer", re.S),  # token ids as written (each message names the field)
+    re.compile(r"ST202 .*is not a safetensors features body", re.S),
+]
+
+
+def _failures(report: Path) -> list[tuple[str, str]]:
+    """(operation, one failure's text) for every failure in a JUnit report."""
+    found = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        for outcome in case:
+            if outcome.tag not in ("failure", "error"):
+                continue
+            text = outcome.text or outcome.get("message") or ""
+            for failure in re.split(r"\n(?=\d+\. Test Case ID)", text):
+                found.append((case.get("name") or "", failure))
+    return found
+
+
+def test_schemathesis_finds_no_mismatch_but_the_deliberate_two(live_url: str, tmp_path: Path) -> None:
+    command = [
+        str(Path(sys.executable).with_name("schemathesis")),
+        "run",
+        f"{live_url}/openapi.json",
+        "--checks",
+        "all",
+        "--exclude-deprecated",
+        "--max-examples",
+        "12",
+        "--seed",
+        "24",
+        "--request-timeout",
+        "300",
+        "--max-response-time",
+        "300",
+        "--report",
+        "junit",
+        "--report-junit-path",
+        str(tmp_path / "junit.xml"),
+        "--no-color",
+    ]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert (tmp_path / "junit.xml").is_file(), run.stdout[-3000:] + run.stderr[-2000:]
+    undocumented = [
+        f"{operation}: {text[:600]}"
+        for operation, text in _failures(tmp_path / "junit.xml")
+        if not any(rule.search(text) for rule in DELIBERATE)
+    ]
+    assert not undocumented, "\n\n".join(undocumented)
+    assert "Selected:" in run.stdout and " 0/" not in run.stdout.split("Selected:")[1][:10]  # it tested something
