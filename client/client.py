@@ -146,12 +146,7 @@ class FeatureClient(ServiceCalls):
             return cached
         if self.direct_reads:
             return self._direct_uncached([part])[0]
-        params = key.params()
-        if layers is not None:
-            params["layers"] = ",".join(str(layer) for layer in layers)
-        if tokens is not None:
-            params["tokens"] = str(TokenRange.of(tokens))
-        features, _ = self._served(key, params)
+        features, _ = self._served(key, part.read_params())
         return self._kept(features)
 
     def fetch_for_copy(self, key: FeatureKey, name: str) -> tuple[Features, DeferredCopy | None]:

@@ -56,10 +56,7 @@ class ServiceCalls:
             featureset=featureset,
             content_hash=content_hash,
         )
-        params = item.key.params()
-        if item.layers is not None:
-            params["layers"] = ",".join(map(str, item.layers))
-        return self._transport.exists(f"/v1/features/{item.prompt_hash}", params)
+        return self._transport.exists(f"/v1/features/{item.prompt_hash}", item.read_params())
 
     # -- listing, comparing, auditing ----------------------------------------------------------------------------
     def entries(self, *, page_size: int = 100, **filters: str | FeatureSet | None) -> Iterator[Manifest]:

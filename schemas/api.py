@@ -179,6 +179,15 @@ class BatchItem(LayersKey):
     def token_range(self) -> TokenRange | None:
         return parse_token_range(self.tokens) if self.tokens is not None else None
 
+    def read_params(self) -> dict[str, str]:
+        """The query string of a read of this part alone (`GET /v1/features/{prompt_hash}`, and its HEAD)."""
+        found = self.key.params()
+        if self.layers is not None:
+            found["layers"] = ",".join(map(str, self.layers))
+        if self.tokens is not None:
+            found["tokens"] = self.tokens
+        return found
+
 
 class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -19,7 +19,7 @@ FINAL_NORM = "final_norm"
 def _layer(value: object) -> object:
     """A layer as JSON gives it: an index (an integral number, 5 or 5.0, never true or false) or embed/final_norm;
     checked here, before the union, so a refusal says what a layer is rather than why each branch refused it."""
-    if value in (EMBED, FINAL_NORM) and isinstance(value, str):
+    if isinstance(value, str) and value in (EMBED, FINAL_NORM):
         return value
     if (
         isinstance(value, bool)
@@ -139,11 +139,22 @@ class FeatureSet(BaseModel):
         """Whether an entry of this featureset serves a read of `wanted`, sliced to its layers: the same dtype, every
         layer it names, target ids if it asks for them, and the same top-k if it asks for one (a larger k is not
         enough: its `topk_mass` sums over more tokens)."""
+        return self.has(wanted.dtype, wanted.target_ids, wanted.top_k, wanted.layers)
+
+    def has(
+        self,
+        dtype: FeatureDtype | None = None,
+        target_ids: bool | None = None,
+        top_k: int | None = None,
+        layers: Iterable[LayerId] | None = None,
+    ) -> bool:
+        """Whether this featureset has every part named (None: any): the dtype, target ids if asked, that top-k,
+        every one of the layers."""
         return (
-            self.dtype == wanted.dtype
-            and set(wanted.layers) <= set(self.layers)
-            and (self.target_ids or not wanted.target_ids)
-            and (wanted.top_k is None or self.top_k == wanted.top_k)
+            (dtype is None or self.dtype == dtype)
+            and (not target_ids or self.target_ids)
+            and (top_k is None or self.top_k == top_k)
+            and (layers is None or set(layers) <= set(self.layers))
         )
 
     @property

@@ -186,14 +186,7 @@ class FeatureKey(BaseModel):
     def admits(self, stored: FeatureSet, layers: list[LayerId] | None) -> bool:
         """Whether a stored featureset has every part of a featureset this key names (none named: any does): its
         dtype, target ids and top-k where named, and then the layers read."""
-        if not self.by_parts:
-            return True
-        return (
-            (self.dtype is None or stored.dtype == self.dtype)
-            and (not self.target_ids or stored.target_ids)
-            and (self.top_k is None or stored.top_k == self.top_k)
-            and (not layers or set(layers) <= set(stored.layers))
-        )
+        return not self.by_parts or stored.has(self.dtype, self.target_ids, self.top_k, layers)
 
     def wanted(self, layers: list[LayerId] | None) -> FeatureSet | None:
         """The featureset this key names by its parts with the layers read, whose nearest stored holder serves the

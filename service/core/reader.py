@@ -13,7 +13,7 @@ from schemas import chunk_wire, wire
 from schemas.api import EntriesPage
 from schemas.backend import measured_first
 from schemas.content_hash import content_hash
-from schemas.featureset import FeatureSet, LayerId, nearest_holding
+from schemas.featureset import LayerId, nearest_holding
 from schemas.http import SAFETENSORS_MEDIA_TYPE, SERVED_HASH_HEADER
 from schemas.keys import CURSOR, EntryFilter, FeatureKey
 from schemas.manifest import LAYER_ARRAYS, Manifest
@@ -41,8 +41,7 @@ class FeatureReader:
     def resolve(self, key: FeatureKey, layers: list[LayerId] | None = None) -> Manifest:
         """The newest version of the one entry the key names; a key part left out must be unambiguous once the
         rules of `_preferred` have spoken."""
-        wanted = key.wanted(layers)
-        found = _preferred(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers, wanted)
+        found = _preferred(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers)
         if not found:
             stored = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash), limit=_CANDIDATES)
             if not stored:
@@ -244,9 +243,7 @@ class FeatureReader:
         return EntriesPage(entries=page, next_cursor=next_cursor)
 
 
-def _preferred(
-    found: list[Manifest], key: FeatureKey, layers: list[LayerId] | None, wanted: FeatureSet | None
-) -> list[Manifest]:
+def _preferred(found: list[Manifest], key: FeatureKey, layers: list[LayerId] | None) -> list[Manifest]:
     """The candidates the rules keep. Parts of a featureset the key names keep only entries that have them (and the
     layers read); with a dtype and layers (and no id), of one model revision and backend, the one featureset
     nearest them (itself, else the fewest layers, then the fewest parts beyond). The rest are soft: a rule that
@@ -263,6 +260,7 @@ def _preferred(
         rules.append(lambda m: set(layers) == set(m.featureset.layers))  # and among those, exactly those layers
     for rule in rules:
         found = [m for m in found if rule(m)] or found
+    wanted = key.wanted(layers)
     if wanted is not None and len({(m.model_revision, m.backend) for m in found}) == 1:
         nearest = nearest_holding((m.featureset for m in found), wanted)
         found = [m for m in found if nearest is not None and m.featureset_id == nearest.id]

@@ -94,16 +94,6 @@ def job_status(job_id: str, jobs: JobsDep) -> JobStatus:
     return jobs.status(job_id)
 
 
-@router.post(
-    "/v1/jobs/{job_id}/cancel",
-    dependencies=[WriteScope],
-    summary="Cancel a job (its id or a unique prefix): its pending samples are not extracted, its record stays",
-    responses=errors(401, 403, 404, 409),
-)
-def cancel_job(job_id: str, jobs: JobsDep) -> JobStatus:
-    return jobs.cancel(job_id)
-
-
 @router.delete(
     "/v1/jobs/{job_id}",
     dependencies=[WriteScope],
@@ -111,5 +101,11 @@ def cancel_job(job_id: str, jobs: JobsDep) -> JobStatus:
     responses=errors(401, 403, 404, 409),
     deprecated=True,
 )
-def cancel_job_deprecated(job_id: str, jobs: JobsDep) -> JobStatus:
+@router.post(
+    "/v1/jobs/{job_id}/cancel",
+    dependencies=[WriteScope],
+    summary="Cancel a job (its id or a unique prefix): its pending samples are not extracted, its record stays",
+    responses=errors(401, 403, 404, 409),
+)
+def cancel_job(job_id: str, jobs: JobsDep) -> JobStatus:
     return jobs.cancel(job_id)
