@@ -193,12 +193,22 @@ def devmodel(
     out_dir: Path,
     multimodal: Annotated[bool, typer.Option(help="write the Qwen3_5ForConditionalGeneration layout")] = False,
     head_dim: Annotated[int, typer.Option(help="16: the 64-wide CPU model; 64: a 256-wide one for GPU kernels")] = 16,
+    fp8: Annotated[
+        bool, typer.Option(help="quantized as Qwen's -FP8 releases are (e4m3 weights, 128x128 block scales)")
+    ] = False,
 ) -> None:
     """Write the tiny Qwen3.5 test model (random weights from a fixed seed, tokenizer trained here)."""
+    import tempfile
+
     from schemas.model_revision import model_revision
     from service.model.devmodel import build_devmodel
+    from service.model.fp8_weights import write_fp8_checkpoint
 
-    build_devmodel(out_dir, multimodal=multimodal, head_dim=head_dim)
+    if not fp8:
+        build_devmodel(out_dir, multimodal=multimodal, head_dim=head_dim)
+    else:
+        with tempfile.TemporaryDirectory() as bf16:
+            write_fp8_checkpoint(build_devmodel(Path(bf16), multimodal=multimodal, head_dim=head_dim), out_dir)
     typer.echo(f"{out_dir}  model_revision={model_revision(out_dir)}")
 
 

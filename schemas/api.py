@@ -69,6 +69,7 @@ class ModelInfo(BaseModel):
     vocab_size: int
     dtype: str
     device: str
+    quantization: str | None = None  # a block-quantized FP8 target's scheme; None for bfloat16 weights
 
 
 class Info(BaseModel):

@@ -102,6 +102,10 @@ class Fingerprint(BaseModel):
     elementwise: str = "eager"  # or the fused forwards that replaced the eager elementwise chains
     batching: str = "one sequence per forward, no padding"
     device_map: str = "single device"
+    # A block-quantized FP8 target: its scheme, and how many linear layers ran each FP8 GEMM
+    # (service/model/fp8_weights.py)
+    quantization: str | None = None
+    fp8_gemm: dict[str, int] | None = None
     # Imported features: the file they came from; the fields above then say "unknown" (nothing ran here), and
     # `backend_stated` is set when the importer named the backend rather than leaving it `unknown`.
     imported_from: str | None = None

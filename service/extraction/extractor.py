@@ -27,6 +27,7 @@ from service.extraction.packing import Pack, PackPolicy, pack_inputs, per_sequen
 from service.extraction.results import Extraction, Labels, PendingExtraction
 from service.extraction.stats import layer_summary
 from service.model.encode import EncodedPrompt
+from service.model.fp8_weights import gemm_counts
 from service.model.fused import EAGER, FUSED, FusedForwards
 from service.model.kernels import version_of
 from service.model.loader import LoadedModel
@@ -81,6 +82,8 @@ class Extractor:
             batching=pack.describe() if pack is not None else describe(batch_tokens),
             elementwise=FUSED if fused else EAGER,
             device_map=self.loaded.device_map,
+            quantization=quantization.describe() if (quantization := self.loaded.quantization) else None,
+            fp8_gemm=gemm_counts(self.loaded.model) if quantization else None,
         )
 
     def extract(

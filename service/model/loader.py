@@ -21,6 +21,7 @@ from schemas.backend import Backend
 from schemas.samples import ParsedSample
 from service.errors import ModelUnavailable
 from service.model.encode import EncodedPrompt, encode
+from service.model.fp8_weights import Fp8Scheme, load_fp8_linears
 from service.model.kernels import KernelSet
 from service.model.placement import devices_of, spread_layers
 
@@ -37,6 +38,7 @@ class ModelSpec:
     device: torch.device
     kernels: KernelSet
     weights_bytes: int
+    quantization: Fp8Scheme | None = None  # a block-quantized FP8 checkpoint's scheme
 
     @property
     def num_layers(self) -> int:
@@ -66,6 +68,7 @@ class ModelSpec:
             vocab_size=self.vocab_size,
             dtype="bfloat16",
             device=str(self.device),
+            quantization=self.quantization.describe() if self.quantization is not None else None,
         )
 
 
@@ -78,6 +81,7 @@ class LoadedModel:
     device: torch.device  # where inputs go: the first device of a spread model
     kernels: KernelSet
     device_map: str = "single device"  # as fingerprints record it (service/model/placement.py)
+    quantization: Fp8Scheme | None = None
 
     @property
     def config(self) -> Any:
@@ -104,6 +108,7 @@ class LoadedModel:
             self.device,
             self.kernels,
             weights,
+            self.quantization,
         )
 
 
@@ -120,6 +125,11 @@ def load_spec(model_dir: Path, revision: str, device: str = "auto") -> ModelSpec
     config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
     model_class = AutoModelForCausalLM._model_mapping[type(config)]  # what from_pretrained will build
     weights = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
+    quantization = getattr(config, "quantization_config", None)
+    try:
+        scheme = Fp8Scheme.of_config(quantization if isinstance(quantization, dict | None) else quantization.to_dict())
+    except ValueError as exc:
+        raise ModelUnavailable(f"{model_dir}: {exc}") from None
     return ModelSpec(
         path=model_dir,
         revision=revision,
@@ -129,6 +139,7 @@ def load_spec(model_dir: Path, revision: str, device: str = "auto") -> ModelSpec
         device=pick_device(device),
         kernels=KernelSet(sys.modules[model_class.__module__]),
         weights_bytes=weights,
+        quantization=scheme,
     )
 
 
@@ -138,15 +149,31 @@ def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa", devices: st
     # Straight onto an accelerator (needs accelerate there); on the CPU no device map is needed.
     on_cpu = spec.device.type == "cpu" or spread is not None
     placement: dict[str, Any] = {} if on_cpu else {"device_map": {"": spec.device}}
-    model = AutoModelForCausalLM.from_pretrained(
-        spec.path,
-        dtype=torch.bfloat16,
-        attn_implementation=attn_implementation,
-        local_files_only=True,
-        **placement,
-    )
+    if spec.quantization is not None:
+        # loaded as bfloat16 by transformers, without its FP8 quantizer (service/model/fp8_weights.py says why),
+        # then each converted layer's e4m3 weight and scales put in as stored
+        config = AutoConfig.from_pretrained(spec.path, local_files_only=True)
+        del config.quantization_config
+        placement["config"] = config
+    verbosity = hf_logging.get_verbosity()
+    if spec.quantization is not None:
+        hf_logging.set_verbosity_error()  # its load report would list every weight_scale_inv as unexpected
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            spec.path,
+            dtype=torch.bfloat16,
+            attn_implementation=attn_implementation,
+            local_files_only=True,
+            **placement,
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    if spec.quantization is not None:
+        load_fp8_linears(model, spec.path, spec.quantization)
     model.eval()
     model.requires_grad_(False)
     device_map = spread_layers(model, spread) if spread is not None else "single device"
     kernels = KernelSet.for_model(model)
-    return LoadedModel(spec.path, model, spec.tokenizer, spec.revision, spec.device, kernels, device_map)
+    return LoadedModel(
+        spec.path, model, spec.tokenizer, spec.revision, spec.device, kernels, device_map, spec.quantization
+    )

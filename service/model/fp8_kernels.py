@@ -1,0 +1,46 @@
+"""The activations' FP8 quantization for `Fp8Linear`'s block-scaled GEMM in one pass over memory: per token and
+128 columns, scale = amax / 448, values / scale rounded to e4m3, the scales written token-major as cuBLAS reads them.
+The torch chain it replaces (`fp8_weights.quantize_rows`) reads and writes a float32 copy of the activations five
+times, which cost the FP8 GEMM all it saved. The divides are IEEE (`div_rn`) and the conversion rounds to nearest
+even as torch's does, so the bits are the torch chain's (a GPU test holds it).
+
+Imported only where Triton and a CUDA device exist.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+GROUPS = 8  # 128-column groups per program
+SMALLEST_NORMAL = tl.constexpr(1.1754943508222875e-38)
+
+
+@triton.jit
+def _quantize_kernel(x_ptr, q_ptr, scale_ptr, rows, groups, x_stride, GROUPS: tl.constexpr, FP8_MAX: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
+    columns = group[:, None] * 128 + tl.arange(0, 128)[None, :]
+    inside = (group < groups)[:, None]
+    x = tl.load(x_ptr + row * x_stride + columns, mask=inside, other=0.0).to(tl.float32)
+    scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=1), FP8_MAX), SMALLEST_NORMAL)
+    q = tl.math.div_rn(x, scale[:, None])
+    tl.store(q_ptr + row * (groups * 128) + columns, q.to(tl.float8e4nv), mask=inside)
+    tl.store(scale_ptr + group * rows + row, scale, mask=group < groups)
+
+
+def quantize_rows(rows: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(e4m3 [padded, K], float32 scales [padded, K / 128] token-major) of `rows` [M, K]; the rows past M are zero
+    with scale 1 (cuBLAS wants a multiple of 4 tokens)."""
+    m, k = rows.shape
+    groups = k // 128
+    quantized = torch.empty(padded, k, dtype=torch.float8_e4m3fn, device=rows.device)
+    scales = torch.empty(groups, padded, dtype=torch.float32, device=rows.device)
+    if padded > m:
+        quantized[m:].zero_()
+        scales[:, m:].fill_(1.0)
+    _quantize_kernel[(m, triton.cdiv(groups, GROUPS))](
+        rows, quantized, scales, padded, groups, rows.stride(0), GROUPS=GROUPS, FP8_MAX=448.0
+    )
+    return quantized, scales.t()
