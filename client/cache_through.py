@@ -12,13 +12,17 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from client.client import FeatureClient
 from client.errors import ExtractionFailedError, NotFoundError
 from client.features import Features
-from schemas.featureset import FeatureSet
+from client.keys import featureset_of, part_of_parts
+from schemas.api import BatchItem
+from schemas.featureset import FeatureSet, LayerId
 from schemas.prompt_hash import prompt_hash
+
+OnMissing = Literal["error", "extract", "wait"]
 
 POLL_S = 0.5  # between reads of a sample the job has not stored yet
 PROGRESS_S = 10.0  # between progress lines while waiting
@@ -78,3 +82,40 @@ class ExtractAhead:
                 )
                 said = time.monotonic()
             time.sleep(POLL_S)
+
+
+class SampleReads:
+    """A dataset's samples read as one featureset (`FeatureDataset` and `EntryStream` alike), with what is missing
+    extracted ahead (`on_missing="extract"`: one job, submitted now, in `order`: the order of the first reads),
+    waited for (`"wait"`: another process's job) or a NotFoundError (`"error"`). Picklable."""
+
+    def __init__(
+        self,
+        client: FeatureClient,
+        samples: Sequence[Mapping[str, Any]],
+        featureset: FeatureSet | Sequence[LayerId] | None,
+        backend: str | None,
+        on_missing: OnMissing,
+        priority: int,
+        order: Sequence[int] | None = None,
+    ) -> None:
+        chosen = featureset_of(featureset)
+        if chosen is None:
+            raise ValueError("samples need a featureset: the layers (or FeatureSet) to read them as")
+        self.samples = [dict(s) for s in samples]
+        self.keys: list[BatchItem] = [part_of_parts(s, backend=backend, featureset=chosen) for s in self.samples]
+        self.ahead: ExtractAhead | None = None
+        if on_missing == "extract":
+            first = [self.samples[i] for i in order] if order is not None else self.samples
+            self.ahead = ExtractAhead.submit(client, first, chosen, backend, priority)
+        elif on_missing == "wait":
+            self.ahead = ExtractAhead(None)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def read(self, client: FeatureClient, index: int, fetch: Callable[[], Features]) -> Features:
+        """Sample `index` through `fetch()`, once it is stored where a job is extracting it."""
+        if self.ahead is None:
+            return fetch()
+        return self.ahead.wait(client, self.samples[index], fetch)

@@ -12,25 +12,24 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from client.cache import FeatureCache
-from client.cache_through import ExtractAhead
+from client.cache_through import OnMissing, SampleReads
 from client.chunk_checks import DeferredCopy
 from client.client import FeatureClient
 from client.collate import Sample
 from client.errors import StoreUnavailableError
 from client.features import Features
-from client.keys import KeyLike, batch_item, featureset_of, part_of_parts
+from client.keys import KeyLike, batch_item
 from schemas.api import BatchItem
 from schemas.featureset import FeatureSet, LayerId
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, Manifest
-
-OnMissing = Literal["error", "extract", "wait"]
 
 
 def to_sample(features: Features, dequantise: bool = True, hidden: DeferredCopy | None = None) -> Sample:
@@ -122,21 +121,14 @@ class FeatureDataset(Dataset[Sample]):
         extract and the others wait)."""
         if (keys is None) == (samples is None):
             raise ValueError("give keys or samples")
-        if samples is not None and featureset is None:
-            raise ValueError("samples need a featureset: the layers (or FeatureSet) to read them as")
-        chosen = featureset_of(featureset)
-        self.samples = [dict(s) for s in samples] if samples is not None else None
-        if self.samples is not None:
-            keys = [part_of_parts(s, backend=backend, featureset=chosen) for s in self.samples]
-        self.keys = [key_of(k) for k in keys or []]
         self.layers = list(layers) if layers is not None else None
         self.dequantise = dequantise
         self._clients = _ClientPerProcess(base_url, token, cache_dir, cache_bytes)
-        self._ahead: ExtractAhead | None = None
-        if self.samples is not None and on_missing == "extract":
-            self._ahead = ExtractAhead.submit(self._clients.get(), self.samples, chosen, backend, priority)
-        elif self.samples is not None and on_missing == "wait":
-            self._ahead = ExtractAhead(None)
+        self._reads: SampleReads | None = None
+        if samples is not None:
+            self._reads = SampleReads(self._clients.get(), samples, featureset, backend, on_missing, priority)
+            keys = self._reads.keys
+        self.keys = [key_of(k) for k in keys or []]
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -148,16 +140,13 @@ class FeatureDataset(Dataset[Sample]):
         def fetch() -> Features:
             return retrying(client.fetch, item.key, self.layers or item.layers, item.tokens)
 
-        if self._ahead is not None and self.samples is not None:
-            features = self._ahead.wait(client, self.samples[index], fetch)
-        else:
-            features = fetch()
+        features = self._reads.read(client, index, fetch) if self._reads is not None else fetch()
         return to_sample(features, self.dequantise)
 
 
 class EntryStream(IterableDataset[Sample]):
-    """Every entry of a listing once per epoch, split across DataLoader workers (and ranks) by position, fetched
-    `prefetch` at a time ahead of the consumer.
+    """Every entry of a listing (or of a dataset snapshot, or every one of `samples`) once per epoch, split across
+    DataLoader workers (and ranks) by position, fetched `prefetch` at a time ahead of the consumer.
 
     With `seed`, each epoch visits the whole listing in a seeded random order: every rank and worker computes the
     same permutation of the listing (from the seed and the epoch, `set_epoch`) and takes its own positions of it,
@@ -171,7 +160,7 @@ class EntryStream(IterableDataset[Sample]):
         token: str | None = None,
         backend: str | None = None,
         model_revision: str | None = None,
-        featureset: str | None = None,
+        featureset: str | FeatureSet | Sequence[LayerId] | None = None,
         since: str | None = None,
         prefetch: int = 4,
         cache_dir: str | Path | None = None,
@@ -181,12 +170,23 @@ class EntryStream(IterableDataset[Sample]):
         seed: int | None = None,
         dequantise: bool = True,
         dataset: str | None = None,
+        samples: Sequence[Mapping[str, Any]] | None = None,
+        on_missing: OnMissing = "error",
+        priority: int = 10,
     ) -> None:
         """`dataset`: a dataset id or name (`FeatureClient.create_dataset`) instead of the listing's filters: each
         process reads its index once (a dataset id, from the cache directory when it is there) and takes its share
-        of it, in the dataset's order or the seed's."""
+        of it, in the dataset's order or the seed's.
+
+        `samples` instead: prompts read as `featureset` (a FeatureSet or its layers) from `backend`, with
+        `on_missing` as `FeatureDataset` has it; "extract" submits the missing ones in the first epoch's order, so
+        the job keeps ahead of every rank's reads."""
         if dataset is not None and any(v is not None for v in (backend, model_revision, featureset, since)):
             raise ValueError("give a dataset or listing filters, not both")
+        if samples is not None and (dataset is not None or model_revision is not None or since is not None):
+            raise ValueError("give samples, a dataset or listing filters: one of them")
+        if samples is None and featureset is not None and not isinstance(featureset, str):
+            raise ValueError("a listing filters by featureset id: give the id (a FeatureSet reads samples)")
         self.dataset = dataset
         self.dequantise = dequantise
         self.filters = {"backend": backend, "model_revision": model_revision, "featureset": featureset, "since": since}
@@ -195,6 +195,11 @@ class EntryStream(IterableDataset[Sample]):
         self.seed = seed
         self.epoch = 0
         self._clients = _ClientPerProcess(base_url, token, cache_dir, cache_bytes)
+        self._reads: SampleReads | None = None
+        if samples is not None:
+            first = self._permutation(len(samples)).tolist() if seed is not None else None
+            chosen = featureset if not isinstance(featureset, str) else None
+            self._reads = SampleReads(self._clients.get(), samples, chosen, backend, on_missing, priority, first)
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose order the next iteration follows (call it on every rank, as with DistributedSampler)."""
@@ -214,11 +219,19 @@ class EntryStream(IterableDataset[Sample]):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         shard, shards = self.rank * workers + worker, self.world_size * workers
         client = self._clients.get()
+        if self._reads is not None:
+            reads = self._reads
+            positions = np.arange(len(reads)) if self.seed is None else self._permutation(len(reads))
+            yield from self._fetched(
+                partial(reads.read, client, i, partial(_fetch_read, client, reads.keys[i]))
+                for i in positions[shard::shards]
+            )
+            return
         if self.dataset is not None:
             index = client.dataset(self.dataset)
             positions = np.arange(len(index)) if self.seed is None else self._permutation(len(index))
             mine: Iterator[BatchItem] = (batch_item(index.key(int(p))) for p in positions[shard::shards])
-            yield from self._fetched(client, mine)
+            yield from self._fetched(partial(retrying, client.fetch, key.key) for key in mine)
             return
         listing = client.entries(**self.filters)
         if self.seed is None:
@@ -226,17 +239,21 @@ class EntryStream(IterableDataset[Sample]):
         else:  # the whole listing's keys first: a global order needs all of them
             everything = self.order([key_of(m) for m in listing])
             mine = iter(everything[shard::shards])
-        yield from self._fetched(client, mine)
+        yield from self._fetched(partial(retrying, client.fetch, key.key) for key in mine)
 
-    def _fetched(self, client: FeatureClient, mine: Iterator[BatchItem]) -> Iterator[Sample]:
+    def _fetched(self, reads: Iterator[Callable[[], Features]]) -> Iterator[Sample]:
         with ThreadPoolExecutor(self.prefetch, thread_name_prefix="hsstore-prefetch") as pool:
             pending: deque[Future[Features]] = deque()
-            for key in mine:
-                pending.append(pool.submit(retrying, client.fetch, key.key))
+            for read in reads:
+                pending.append(pool.submit(read))
                 if len(pending) >= self.prefetch:
                     yield to_sample(pending.popleft().result(), self.dequantise)
             while pending:
                 yield to_sample(pending.popleft().result(), self.dequantise)
+
+
+def _fetch_read(client: FeatureClient, item: BatchItem) -> Features:
+    return retrying(client.fetch, item.key, item.layers, item.tokens)
 
 
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # an outage of the service's object store up to ~15 s costs only time

@@ -29,7 +29,7 @@ from service.settings import Settings
 from tests.support.slow_writes import PAUSE_ENV
 
 # the Postgres and S3-API servers' fixtures, for every test module
-pytest_plugins = ["tests.support.postgres_server", "tests.support.s3_server"]
+pytest_plugins = ["tests.support.postgres_server", "tests.support.s3_server", "tests.support.workers"]
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from client import ExtractionFailedError, FeatureClient, FeatureDataset, NotFoundError, pad_collate
+from client import EntryStream, ExtractionFailedError, FeatureClient, FeatureDataset, NotFoundError, pad_collate
 from client.cache_through import ExtractAhead
 from schemas.featureset import FeatureSet
 from tests.conftest import wait_for
@@ -47,6 +47,37 @@ def test_an_epoch_extracts_exactly_the_missing_samples_once(
     for index in (0, 5):  # what the dataset gives is what the store gives
         want = client.get(samples[index], layers=FEATURESET)
         assert torch.equal(dataset[index]["hidden_states"], want.hidden_states)
+
+
+def test_a_shuffled_stream_of_samples_extracts_the_missing_ones_once_in_its_first_epoch_s_order(
+    client: FeatureClient, live_url: str, http: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    samples = _samples(6)
+    client.extract(samples[4:], featureset=FEATURESET)
+    submitted: list[list[dict]] = []
+    submit = FeatureClient.submit_job
+    monkeypatch.setattr(
+        FeatureClient, "submit_job", lambda self, s, **kw: submitted.append(list(s)) or submit(self, s, **kw)
+    )
+    stream = EntryStream(live_url, samples=samples, featureset=FEATURESET, seed=3, on_missing="extract", prefetch=2)
+    job = client.jobs()[0]
+    order = stream.order(list(range(6)))  # the first epoch's order is the job's
+    assert submitted == [[samples[i] for i in order]] and order != list(range(6))
+    loader = DataLoader(stream, batch_size=2, num_workers=2, collate_fn=pad_collate)
+    first = sorted(h for batch in loader for h in batch["content_hash"])
+    assert len(first) == 6
+    job = client.job(job.id)
+    assert (job.total, job.existing, job.done - job.existing, job.failed) == (6, 2, 4, 0)
+    before = _writes(http)
+    stream.set_epoch(1)
+    assert sorted(h for batch in loader for h in batch["content_hash"]) == first and _writes(http) == before
+
+
+def test_a_stream_reads_samples_or_a_listing_not_both(live_url: str) -> None:
+    with pytest.raises(ValueError, match="one of them"):
+        EntryStream(live_url, samples=_samples(1), featureset=FEATURESET, since="2026-01-01T00:00:00Z")
+    with pytest.raises(ValueError, match="featureset id"):
+        EntryStream(live_url, featureset=FEATURESET)
 
 
 def test_without_extract_a_missing_sample_is_not_found_and_a_job_that_did_not_store_it_is_an_error(

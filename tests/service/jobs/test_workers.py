@@ -4,13 +4,9 @@ exactly once — also when both workers go by one name (a name is a label; lease
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -18,51 +14,11 @@ import pytest
 
 from client import FeatureClient
 from service.jobs.lease_holder import LeaseHolder
-from tests.conftest import REPO, ServerProcess, wait_for
+from tests.conftest import ServerProcess, wait_for
 from tests.support.s3_server import Bucket
-from tests.support.slow_writes import PAUSE_ENV
+from tests.support.workers import Worker
 
 LEASE_S = 3.0
-
-
-class Worker:
-    def __init__(self, env: dict[str, str], name: str, pause_s: float = 0.0) -> None:
-        self.name = name
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the object
-        module = "tests.support.slow_writes" if pause_s else "hsstore.cli"
-        extra = {PAUSE_ENV: str(pause_s)} if pause_s else {}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, "worker", "--device", "cpu"],
-            env={**os.environ, **env, **extra, "HSSTORE_WORKER_NAME": name},
-            cwd=REPO,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def output(self) -> str:
-        self._log.seek(0)
-        return self._log.read().decode()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-@pytest.fixture
-def workers() -> Iterator[Callable[..., Worker]]:
-    started: list[Worker] = []
-
-    def start(env: dict[str, str], name: str, pause_s: float = 0.0) -> Worker:
-        started.append(Worker(env, name, pause_s))
-        return started[-1]
-
-    yield start
-    for worker in started:
-        worker.stop()
 
 
 def _leases(postgres_url: str) -> dict[str, LeaseHolder | None]:
