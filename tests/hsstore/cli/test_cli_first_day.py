@@ -23,7 +23,7 @@ from client import ConnectionFailedError
 from hsstore.cli import app
 from schemas.prompt_hash import prompt_hash
 from tests.conftest import REPO, coding_prompts, free_port, wait_for
-from tests.hsstore.test_cli_first_hour import failed, invoke, ok, write_jsonl
+from tests.hsstore.cli.test_cli_first_hour import failed, invoke, ok, write_jsonl
 
 
 @pytest.fixture

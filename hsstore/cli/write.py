@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hsstore import cli_output as out
-from hsstore.cli_errors import CliError
-from hsstore.cli_input import SampleFile, featureset_option
-from hsstore.cli_options import (
+from hsstore.cli import output as out
+from hsstore.cli.errors import CliError
+from hsstore.cli.inputs import SampleFile, featureset_option
+from hsstore.cli.options import (
     INTERRUPTED,
     DtypeOption,
     JsonOption,

@@ -22,7 +22,7 @@ _STORE_HOLDS = {
 def _store_settings(data_dir: Path, needs: str) -> Settings:
     """Settings for an admin verb on an existing store: a directory without one is an error, never a new empty
     store reported as checked."""
-    from hsstore.cli_errors import CliError
+    from hsstore.cli.errors import CliError
     from service.settings import Settings
 
     settings = Settings.load(data_dir=data_dir, model_dir=None)
@@ -92,7 +92,7 @@ def verify(
 ) -> None:
     """Scrub the store: read every version's bytes and check them against what was written (chunk digests, content
     hash); corrupt ones are marked in the catalog and never served as valid. Resumes an interrupted scrub."""
-    from hsstore.cli_options import console, progress_bar
+    from hsstore.cli.options import console, progress_bar
     from service.main import build_services
 
     services = build_services(_store_settings(data_dir, "catalog.sqlite"))

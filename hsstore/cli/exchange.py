@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from hsstore.cli_errors import CliError
-from hsstore.cli_input import key_lines, since_option
-from hsstore.cli_options import DtypeOption, client_of, console, progress_bar
+from hsstore.cli.errors import CliError
+from hsstore.cli.inputs import key_lines, since_option
+from hsstore.cli.options import DtypeOption, client_of, console, progress_bar
 from schemas.exchange import ExportFormat
 from schemas.featureset import FeatureSet, parse_layers
 

@@ -41,7 +41,7 @@ def service_url(given: str) -> str:
     (`.../v1`) are refused in one line saying what a base URL looks like."""
     from urllib.parse import urlsplit
 
-    from hsstore.cli_errors import CliError
+    from hsstore.cli.errors import CliError
 
     url = given.strip() if "://" in given else f"http://{given.strip()}"
     parts = urlsplit(url)

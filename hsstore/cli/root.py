@@ -1,6 +1,6 @@
 """The `hsstore` command line: the root options, serve, worker and the tiny model here; the commands that talk to a
 service (extract, warm, jobs, window, get, entries, compare, audit, export, import) and the admin verbs on a store
-(rebuild-catalog, migrate, verify) live in the cli_* modules beside this one.
+(rebuild-catalog, migrate, verify) live in the modules beside this one, one per group of verbs.
 
 Commands that only talk to a service import neither torch nor the service: they start in a fraction of a second.
 """
@@ -14,9 +14,9 @@ from typing import Annotated
 
 import typer
 
-from hsstore import cli_admin, cli_datasets, cli_exchange, cli_ops, cli_read, cli_write
-from hsstore.cli_errors import ErrorReportingGroup
-from hsstore.cli_options import DEFAULT_URL, Connection, TokenOption, UrlOption
+from hsstore.cli import admin, datasets, exchange, ops, read, write
+from hsstore.cli.errors import ErrorReportingGroup
+from hsstore.cli.options import DEFAULT_URL, Connection, TokenOption, UrlOption
 
 app = typer.Typer(
     help="hsstore: a hidden-state feature store",
@@ -26,25 +26,25 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 for command in (
-    cli_write.extract,
-    cli_write.warm,
-    cli_write.estimate,
-    cli_ops.workers,
-    cli_ops.health,
-    cli_read.get,
-    cli_read.entries,
-    cli_read.compare,
-    cli_read.audit,
+    write.extract,
+    write.warm,
+    write.estimate,
+    ops.workers,
+    ops.health,
+    read.get,
+    read.entries,
+    read.compare,
+    read.audit,
 ):
     app.command()(command)
-app.command()(cli_exchange.export)
-app.command("rebuild-catalog")(cli_admin.rebuild_catalog)
-app.command()(cli_admin.migrate)
-app.command()(cli_admin.verify)
-app.command("import")(cli_exchange.import_)
-app.add_typer(cli_ops.jobs_app, name="jobs")
-app.add_typer(cli_ops.window_app, name="window")
-app.add_typer(cli_datasets.dataset_app, name="dataset")
+app.command()(exchange.export)
+app.command("rebuild-catalog")(admin.rebuild_catalog)
+app.command()(admin.migrate)
+app.command()(admin.verify)
+app.command("import")(exchange.import_)
+app.add_typer(ops.jobs_app, name="jobs")
+app.add_typer(ops.window_app, name="window")
+app.add_typer(datasets.dataset_app, name="dataset")
 
 
 @app.callback()
@@ -79,7 +79,7 @@ def serve(
     """Run the service: load the model (now, or when a window opens) and serve the store. Logs every request."""
     import uvicorn
 
-    from hsstore.cli_errors import CliError
+    from hsstore.cli.errors import CliError
     from service.main import create_app
     from service.settings import CONFIG_ENV, Settings
 
@@ -117,7 +117,7 @@ def serve(
 def _check_port_free(host: str, port: int) -> None:
     import socket
 
-    from hsstore.cli_errors import CliError
+    from hsstore.cli.errors import CliError
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: only a listener is in the way
@@ -210,7 +210,3 @@ def devmodel(
         with tempfile.TemporaryDirectory() as bf16:
             write_fp8_checkpoint(build_devmodel(Path(bf16), multimodal=multimodal, head_dim=head_dim), out_dir)
     typer.echo(f"{out_dir}  model_revision={model_revision(out_dir)}")
-
-
-if __name__ == "__main__":
-    app()

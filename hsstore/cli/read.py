@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from hsstore import cli_output as out
-from hsstore.cli_input import resolve_content_hash, resolve_prompt_hash, since_option
-from hsstore.cli_options import JsonOption, client_of, console
+from hsstore.cli import output as out
+from hsstore.cli.inputs import resolve_content_hash, resolve_prompt_hash, since_option
+from hsstore.cli.options import JsonOption, client_of, console
 
 
 def get(

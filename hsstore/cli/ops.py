@@ -9,8 +9,8 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from hsstore import cli_output as out
-from hsstore.cli_options import JsonOption, client_of, console
+from hsstore.cli import output as out
+from hsstore.cli.options import JsonOption, client_of, console
 
 
 class _JobsGroup(TyperGroup):

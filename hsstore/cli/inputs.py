@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from hsstore.cli_errors import CliError
+from hsstore.cli.errors import CliError
 from schemas.featureset import FeatureSet
 from schemas.jsonl import JsonlError, parse_jsonl
 from schemas.keys import check_content_hash_prefix, check_prompt_hash_prefix, is_prompt_hash

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from hsstore.cli_input import key_lines, since_option
-from hsstore.cli_options import JsonOption, client_of, console
+from hsstore.cli.inputs import key_lines, since_option
+from hsstore.cli.options import JsonOption, client_of, console
 
 dataset_app = typer.Typer(help="Dataset snapshots: exactly these versions, by one id", no_args_is_help=True)
 

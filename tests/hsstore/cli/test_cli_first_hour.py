@@ -66,7 +66,7 @@ def test_connection_refused_names_the_url_and_how_to_set_it() -> None:
 def test_url_and_token_belong_to_the_root_and_go_anywhere_on_the_line() -> None:
     import typer.main
 
-    from hsstore.cli_errors import hoist_root_options
+    from hsstore.cli.errors import hoist_root_options
 
     def commands(group: Any) -> list[Any]:  # a group's leaf commands, through its subgroups (`window open`)
         found: list[Any] = []
@@ -238,7 +238,9 @@ def test_jobs_print_ids_that_paste_back(live_url: str, prompts: Path) -> None:
 
 
 def test_window_status_without_a_schedule_says_the_gpu_is_always_ours(live_url: str) -> None:
-    assert "always open" in ok("window", "status", "--url", live_url)  # open/close: tests/hsstore/test_cli_first_day.py
+    assert "always open" in ok(
+        "window", "status", "--url", live_url
+    )  # open/close: tests/hsstore/cli/test_cli_first_day.py
 
 
 def test_window_status_shows_the_next_scheduled_opening(settings: Settings, tiny_loaded: LoadedModel) -> None:

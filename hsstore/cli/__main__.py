@@ -1,0 +1,5 @@
+"""`python -m hsstore.cli`."""
+
+from hsstore.cli.root import app
+
+app()
