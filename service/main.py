@@ -16,20 +16,7 @@ from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.deps import PROVIDED
-from service.api.routes import (
-    audit,
-    compare,
-    datasets,
-    entries,
-    estimate,
-    extract,
-    features,
-    health,
-    imports,
-    info,
-    jobs,
-    window,
-)
+from service.api.routes import ROUTERS
 from service.catalog import JobStore, KeyValue, VersionCatalog
 from service.catalog.protocol import Database
 from service.core.auditor import Auditor
@@ -50,27 +37,18 @@ from service.core.windows import Windows
 from service.core.writer import FeatureWriter
 from service.errors import ConfigError
 from service.extraction.extractor import Extractor
-from service.host.handover import GpuHandover, HandoverLedger
+from service.host.handover import HandoverLedger
 from service.host.sglang import SGLangClient
-from service.host.sglang_canary import CheckedHandover
 from service.jobs.queue import JobQueue
 from service.jobs.runner import JobRunner
 from service.metrics import Metrics
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
-from service.registry import HANDOVERS, build_catalog, build_store
+from service.registry import build_catalog, build_handover, build_store
 from service.settings import Settings
 from service.storage.protocol import BlobStore
 
 log = logging.getLogger("hsstore")
-
-
-def make_handover(settings: Settings, on_sglang_mismatch: Callable[[], None] = lambda: None) -> GpuHandover:
-    """The hand-over the settings name, its resume checked by SGLang's greedy canary (`sglang_canary`)."""
-    inner = HANDOVERS[settings.handover](settings)
-    if inner.name == "none" or not settings.sglang_canary or not settings.sglang_url:
-        return inner
-    return CheckedHandover(inner, SGLangClient(settings.sglang_url, settings.handover_timeout_s), on_sglang_mismatch)
 
 
 def build_models(
@@ -101,7 +79,7 @@ def build_models(
             settings.fused_elementwise,
             settings.pack_tokens,
         ),
-        make_handover(settings, on_sglang_mismatch),
+        build_handover(settings, on_sglang_mismatch),
         HandoverLedger(settings.data_dir / "handover.json"),
         attn_implementation=settings.attn_implementation,
         devices=settings.device,
@@ -141,6 +119,25 @@ class Services:
     def close(self) -> None:
         self.writer.close()
         self.database.close()
+
+
+@dataclass
+class StoreAdmin:
+    """What the admin verbs on a store build (`hsstore rebuild-catalog`, `verify`): its blobs and catalog and the
+    two services over them; no model, writer or jobs."""
+
+    database: Database
+    rebuilder: CatalogRebuilder
+    verifier: Verifier
+
+    def close(self) -> None:
+        self.database.close()
+
+
+def build_store_admin(settings: Settings) -> StoreAdmin:
+    database, versions, _, kv = build_catalog(settings, read_only=False)
+    store = build_store(settings, read_only=False)
+    return StoreAdmin(database, CatalogRebuilder(store, versions), Verifier(store, versions, kv))
 
 
 def build_services(
@@ -268,27 +265,9 @@ def create_app(
     spec = services.models.spec if services.models is not None else None
     vocab_size, num_layers = (spec.vocab_size, spec.num_layers) if spec is not None else (None, None)
     openapi.document_app(app, vocab_size, num_layers, services.settings.window_margin_s)
-    routers = [
-        module.router
-        for module in (
-            health,
-            info,
-            extract,
-            features,
-            entries,
-            datasets,
-            imports,
-            compare,
-            audit,
-            estimate,
-            jobs,
-            window,
-            metrics_api,
-        )
-    ]
-    for router in routers:
+    for router in ROUTERS:
         app.include_router(router)
-    app.state.methods_by_path = error_handlers.methods_by_path(routers)
+    app.state.methods_by_path = error_handlers.methods_by_path(ROUTERS)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
     limits = {
         "/v1/jobs": services.settings.max_job_bytes,

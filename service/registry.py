@@ -13,6 +13,8 @@ from service.catalog.migrations import PartSchema
 from service.catalog.protocol import Database, JobStore, KeyValue, VersionCatalog
 from service.errors import ConfigError
 from service.host.handover import CommandHandover, GpuHandover, MemorySaverHandover, NoHandover
+from service.host.sglang import SGLangClient
+from service.host.sglang_canary import CheckedHandover
 from service.settings import Settings
 from service.storage.object_store import OBJECT_STORES, ObjectZarrStore, open_url
 from service.storage.protocol import BlobStore
@@ -150,3 +152,11 @@ HANDOVERS: dict[str, Callable[[Settings], GpuHandover]] = {
     "memory_saver": _memory_saver,
     "commands": _commands,
 }
+
+
+def build_handover(settings: Settings, on_sglang_mismatch: Callable[[], None] = lambda: None) -> GpuHandover:
+    """The hand-over the settings name, its resume checked by SGLang's greedy canary (`sglang_canary`)."""
+    inner = HANDOVERS[settings.handover](settings)
+    if inner.name == "none" or not settings.sglang_canary or not settings.sglang_url:
+        return inner
+    return CheckedHandover(inner, SGLangClient(settings.sglang_url, settings.handover_timeout_s), on_sglang_mismatch)

@@ -36,9 +36,9 @@ def _store_settings(data_dir: Path, needs: str) -> Settings:
 
 def rebuild_catalog(data_dir: Path) -> None:
     """Re-create catalog rows from the manifest documents stored beside the blobs."""
-    from service.main import build_services
+    from service.main import build_store_admin
 
-    services = build_services(_store_settings(data_dir, "manifests/"))
+    services = build_store_admin(_store_settings(data_dir, "manifests/"))
     try:
         report = services.rebuilder.rebuild()
     finally:
@@ -93,9 +93,9 @@ def verify(
     """Scrub the store: read every version's bytes and check them against what was written (chunk digests, content
     hash); corrupt ones are marked in the catalog and never served as valid. Resumes an interrupted scrub."""
     from hsstore.cli.options import console, progress_bar
-    from service.main import build_services
+    from service.main import build_store_admin
 
-    services = build_services(_store_settings(data_dir, "catalog.sqlite"))
+    services = build_store_admin(_store_settings(data_dir, "catalog.sqlite"))
     try:
         with progress_bar() as bar:
             task = bar.add_task("verify", total=None)
