@@ -75,6 +75,12 @@ class Fp8Scheme:
         return f"fp8 e4m3 weights in {n}x{k} blocks, {self.activations} activation scales per token and {k} columns"
 
 
+def _scale_of(amax: torch.Tensor) -> torch.Tensor:
+    """A block's float32 scale, amax / 448 by IEEE division (the bits `fp8_kernels` reproduces): divided by a
+    tensor, not the scalar, because torch divides by a scalar on CUDA as a multiply by its reciprocal."""
+    return (amax / torch.full_like(amax, FP8_MAX)).clamp(min=torch.finfo(torch.float32).tiny)
+
+
 def quantize_weight(weight: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(e4m3 weight, float32 scales of its blocks): `weight ≈ fp8 * scale` block by block (the last blocks partial)."""
     n, k = weight.shape
@@ -82,8 +88,7 @@ def quantize_weight(weight: torch.Tensor, block: tuple[int, int]) -> tuple[torch
     rows, cols = -(-n // bn), -(-k // bk)
     padded = F.pad(weight.float(), (0, cols * bk - k, 0, rows * bn - n))
     blocks = padded.view(rows, bn, cols, bk)
-    amax = blocks.abs().amax(dim=(1, 3))
-    scale = (amax / torch.full_like(amax, FP8_MAX)).clamp(min=torch.finfo(torch.float32).tiny)  # see quantize_rows
+    scale = _scale_of(blocks.abs().amax(dim=(1, 3)))
     quantized = (blocks / scale[:, None, :, None]).view(rows * bn, cols * bk)[:n, :k].to(FP8)
     return quantized.contiguous(), scale.contiguous()
 
@@ -152,9 +157,7 @@ def quantize_rows(rows: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.
     multiple of 4 tokens). The reference `fp8_kernels.quantize_rows` reproduces in one pass."""
     m, k = rows.shape
     grouped = F.pad(rows, (0, 0, 0, padded - m)).float().view(padded, k // 128, 128)
-    amax = grouped.abs().amax(dim=-1)
-    # divided by a tensor, not the scalar: torch divides by a scalar on CUDA as a multiply by its reciprocal
-    scale = (amax / torch.full_like(amax, FP8_MAX)).clamp(min=torch.finfo(torch.float32).tiny)
+    scale = _scale_of(grouped.abs().amax(dim=-1))
     if padded > m:
         scale[m:] = 1.0
     return (grouped / scale[..., None]).to(FP8).view(padded, k), scale.t().contiguous().t()
