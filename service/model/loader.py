@@ -149,14 +149,13 @@ def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa", devices: st
     # Straight onto an accelerator (needs accelerate there); on the CPU no device map is needed.
     on_cpu = spec.device.type == "cpu" or spread is not None
     placement: dict[str, Any] = {} if on_cpu else {"device_map": {"": spec.device}}
+    verbosity = hf_logging.get_verbosity()
     if spec.quantization is not None:
         # loaded as bfloat16 by transformers, without its FP8 quantizer (service/model/fp8_weights.py says why),
         # then each converted layer's e4m3 weight and scales put in as stored
         config = AutoConfig.from_pretrained(spec.path, local_files_only=True)
         del config.quantization_config
         placement["config"] = config
-    verbosity = hf_logging.get_verbosity()
-    if spec.quantization is not None:
         hf_logging.set_verbosity_error()  # its load report would list every weight_scale_inv as unexpected
     try:
         model = AutoModelForCausalLM.from_pretrained(
