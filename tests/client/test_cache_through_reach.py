@@ -17,7 +17,7 @@ from service.main import create_app
 from service.settings import Settings
 from tests.conftest import LiveServer, ServerProcess, wait_for
 from tests.support.s3_server import Bucket
-from tests.support.workers import Worker
+from tests.support.workers import Worker, cluster_env
 
 FEATURESET = ["embed", 2]
 SHUT = ["Sun 00:00-00:01 UTC"]  # shut but for a manual opening
@@ -61,12 +61,7 @@ def test_on_a_cluster_a_worker_takes_the_job_up(
     tiny_model_dir: Path,
     tmp_path: Path,
 ) -> None:
-    shared = {
-        **bucket.env(),
-        "HSSTORE_CATALOG_URL": postgres_url,
-        "HSSTORE_MODEL_DIR": str(tiny_model_dir),
-        "HSSTORE_DEVICE": "cpu",
-    }
+    shared = cluster_env(bucket, postgres_url, tiny_model_dir)
     api = server_process({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "api"), "HSSTORE_RUN_JOBS": "false"}).start()
     samples = _samples(3, "cl")
     with FeatureClient(api.url) as client:

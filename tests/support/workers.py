@@ -13,9 +13,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.s3_server import Bucket
 from tests.support.slow_writes import PAUSE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def cluster_env(bucket: Bucket, postgres_url: str, model_dir: Path) -> dict[str, str]:
+    """What every process of an extracting cluster shares: the bucket, the Postgres catalog, the model (on the CPU);
+    each adds its own `HSSTORE_DATA_DIR`."""
+    return {
+        **bucket.env(),
+        "HSSTORE_CATALOG_URL": postgres_url,
+        "HSSTORE_MODEL_DIR": str(model_dir),
+        "HSSTORE_DEVICE": "cpu",
+    }
 
 
 class Worker:

@@ -16,7 +16,7 @@ from client import FeatureClient
 from service.jobs.lease_holder import LeaseHolder
 from tests.conftest import ServerProcess, wait_for
 from tests.support.s3_server import Bucket
-from tests.support.workers import Worker
+from tests.support.workers import Worker, cluster_env
 
 LEASE_S = 3.0
 
@@ -58,10 +58,7 @@ def test_a_worker_killed_mid_item_loses_it_to_the_other_and_every_sample_is_stor
     tmp_path: Path,
 ) -> None:
     shared = {
-        **bucket.env(),
-        "HSSTORE_CATALOG_URL": postgres_url,
-        "HSSTORE_MODEL_DIR": str(tiny_model_dir),
-        "HSSTORE_DEVICE": "cpu",
+        **cluster_env(bucket, postgres_url, tiny_model_dir),
         "HSSTORE_LEASE_S": str(LEASE_S),
         "HSSTORE_JOB_BATCH_SIZE": "1",
     }
