@@ -13,11 +13,11 @@ layers), delivered as collated batches (`pad_collate`) into a consumer loop, by 
   service-per-entry   the same, each entry decoded into an array of its own and then collated (`client.fetch`):
            the path before
   service-uncompressed   the service over a store of the same entries written with `codec = "uncompressed"`
-  cache-processes, service-processes   the same sources through `ProcessFeed`: the n cores split among worker
-           processes of two cores each, three batches each at once, every batch collated (verified) into shared
-           memory this process maps
-  direct   chunks read straight from an S3-API server (moto here, which bounds it: its own raw ranged-GET rate is
-           reported beside it), verified
+  cache-processes, service-processes, service-uncompressed-processes   the same sources through `ProcessFeed`:
+           the n cores split among worker processes of two cores each, three batches each at once, every batch
+           collated (verified) into shared memory this process maps
+  direct   chunks read straight from an S3-API server (moto here, which bounds it), verified; beside it moto's own
+           rate for the very same ranged GETs, raw and unchecked (the better of the client's own sockets and boto3)
   gpu-*    batches landed in device memory by `DeviceFeed` behind a synthetic 100 ms step (CUDA only), from
              gpu-staged   the cache (checked, then copied), collated into pageable memory, which DeviceFeed copies
                           into its pinned slots: the path before `fetch_sample` and pinned collation
@@ -35,14 +35,18 @@ pass over them, longer where the pipeline is deeper), the timed passes (at least
 pipeline's depth more; the clock runs from the arrival of the warm-up's last batch to that of the timed passes'
 last: the sustained rate of a training run of thousands of batches (the pipeline full at both ends, its memory
 recycled), with neither the fill nor the drain of a short run. Rounds interleave the variants and core counts; the
-best round counts. Per variant and core count:
-GB/s and tokens/s delivered, client CPU-s/GB (with a `ProcessFeed`'s workers), the share of the loop spent waiting,
-and the ratio to the anchor at the same core count.
+best round counts, and every round's GB/s is kept (`rounds_gbs`: how much a figure moves). Per variant and core count:
+GB/s and tokens/s delivered, client CPU-s/GB (with a `ProcessFeed`'s workers), the serving processes' CPU-s/GB
+and the busiest one's share of it (how evenly a replica's processes split the connections), the share of the loop
+spent waiting, and the ratio to the anchor at the same core count.
 The last line is the JSON record.
 
     python benchmarks/feed.py --quick                                   # a few minutes on 2 cores
     python benchmarks/feed.py --out benchmarks/results/feed-cpu.json
     python benchmarks/feed.py --cores 1,2,4,8,12 --out benchmarks/results/feed-h200host.json   # on the GPU host
+
+On the GPU machine's host, moto travels in the wheels `scripts/feed-host-wheels.sh` makes (`.whl-feed`, carried):
+    source .whl-feed/install.sh && export PYTHONPATH=$PWD:$PYTHONPATH && python benchmarks/feed.py ...
 """
 
 from __future__ import annotations
@@ -56,11 +60,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -75,6 +81,7 @@ CPU_VARIANTS = (
     "service-processes",
     "service-per-entry",
     "service-uncompressed",
+    "service-uncompressed-processes",
     "direct",
 )
 GPU_VARIANTS = {
@@ -86,7 +93,11 @@ GPU_VARIANTS = {
 }
 # `ProcessFeed`: the cores split among worker processes of two cores each, three batches at a time in each (a
 # thread waits on its socket for much of a batch)
-PROCESSES = {"cache-processes": "cache", "service-processes": "service"}
+PROCESSES = {
+    "cache-processes": "cache",
+    "service-processes": "service",
+    "service-uncompressed-processes": "service-uncompressed",
+}
 PER_ENTRY = ("service-per-entry", "gpu-staged")  # decoded and checked into arrays of their own, then collated
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_REGION": "us-east-1"}
 
@@ -122,7 +133,7 @@ def measure(spec: dict) -> dict:
         from client import ProcessFeed
 
         feed = ProcessFeed(
-            spec["url"],
+            spec["uncompressed_url"] if PROCESSES[source_variant] == "service-uncompressed" else spec["url"],
             processes=max(1, n // 2),
             threads=3,
             cache_dir=spec["cache_dir"] if PROCESSES[source_variant] == "cache" else None,
@@ -177,16 +188,17 @@ def measure(spec: dict) -> dict:
         finally:
             pool.shutdown(cancel_futures=True)
 
-    def cpu_seconds() -> float:
-        """This process's CPU time, and its feed's worker processes'."""
-        pids = feed.pids if feed is not None else []
-        ticks = 0
-        for pid in pids:  # utime and stime, the 14th and 15th fields of /proc/PID/stat
-            ticks += sum(map(int, Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[11:13]))
-        return time.process_time() + ticks / os.sysconf("SC_CLK_TCK")
+    # the processes serving this variant's bytes (a service's, and moto's for direct reads), each counted alone: how
+    # evenly a replica's processes share the work is what its busiest one's share says
+    servers = [pid for top in spec["servers"].get(_served_from(source_variant), []) for pid in _tree(top)]
+
+    def cpu_seconds() -> tuple[float, list[float]]:
+        """This process's CPU time with its feed's worker processes', and each server process's."""
+        mine = sum(_cpu_s(pid) for pid in (feed.pids if feed is not None else []))
+        return time.process_time() + mine, [_cpu_s(pid) for pid in servers]
 
     def consume(source: Iterator[dict], step: Callable[[], None]) -> dict:
-        payload, tokens, waited, cpu, start = 0, 0, 0.0, 0.0, 0.0
+        payload, tokens, waited, cpu, start, served = 0, 0, 0.0, 0.0, 0.0, []
         for index, keys_of_batch in enumerate(stream[: last + 1]):
             asked = time.perf_counter()
             got = next(source)
@@ -201,9 +213,10 @@ def measure(spec: dict) -> dict:
                 payload += sum(int(length) * (hidden[0, 0].numel() * 2 + 8) for length in got["lengths"])
                 tokens += int(got["lengths"].sum())
             if index == first:
-                cpu, start = cpu_seconds(), arrived
+                (cpu, served), start = cpu_seconds(), arrived
             if index == last:
-                elapsed, cpu = arrived - start, cpu_seconds() - cpu
+                (cpu_now, served_now), elapsed = cpu_seconds(), arrived - start
+                cpu, served = cpu_now - cpu, [b - a for a, b in zip(served, served_now, strict=True)]
                 break
             step()
         source.close()  # type: ignore[attr-defined]
@@ -213,6 +226,9 @@ def measure(spec: dict) -> dict:
             "cpu_s_per_gb": cpu / (payload / GB),
             "wait_share": waited / elapsed,
             "mean_wait_ms": waited / timed * 1000,
+            "server_cpu_s_per_gb": sum(served) / (payload / GB),
+            "server_processes": len(served),
+            "busiest_server_share": max(served) / sum(served) if sum(served) > 0 else None,
         }
 
     try:
@@ -222,6 +238,31 @@ def measure(spec: dict) -> dict:
     finally:
         if feed is not None:
             feed.close()
+
+
+def _served_from(source_variant: str) -> str:
+    """Which server a source reads through: "service", "uncompressed", "direct", or none ("")."""
+    if source_variant.startswith("service-uncompressed"):
+        return "uncompressed"
+    if source_variant.startswith("service"):
+        return "service"
+    return "direct" if source_variant == "direct" else ""
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants (a replica's worker processes), from /proc."""
+    found, i = [pid], 0
+    while i < len(found):
+        for task in Path(f"/proc/{found[i]}/task").glob("*/children"):
+            found += [int(child) for child in task.read_text().split()]
+        i += 1
+    return found
+
+
+def _cpu_s(pid: int) -> float:
+    """utime + stime of a process (the 14th and 15th fields of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _on_gpu(consume: Callable, delivered: Callable, spec: dict, n: int, pinned_ahead: bool) -> dict:
@@ -290,6 +331,12 @@ def main() -> None:
     from service.main import build_services
     from service.settings import Settings
 
+    has_moto = all(importlib.util.find_spec(m) is not None for m in ("moto", "boto3"))
+    variants = [v for v in CPU_VARIANTS if v != "direct" or has_moto] + (
+        list(GPU_VARIANTS) if torch.cuda.is_available() else []
+    )
+    if args.variants:
+        variants = [v for v in variants if v in args.variants.split(",") or v == "anchor"]
     available = sorted(os.sched_getaffinity(0))
     counts = [n for n in map(int, args.cores.split(",")) if n <= len(available)]
     # the service's processes on the cores the client does not use, where there are enough of them
@@ -312,17 +359,23 @@ def main() -> None:
         )
         index = json.loads((anchor / "hsstore_export.json").read_text())
         files = {e["content_hash"]: str(anchor / e["file"]) for e in index["entries"]}
-        plain = work / "uncompressed"
-        services = build_services(Settings(data_dir=plain, codec=StoreCodec.UNCOMPRESSED))
-        populate(services.recorder, args.entries, args.tokens, args.hidden)  # the same entries, bit for bit
-        services.close()
-        server, uncompressed_url = start_service(plain, {}, args.server_processes, spare)
-        processes.append(server)
-        with FeatureClient(url, cache=work / "cache") as warm:  # fills the cache: epoch 2 onwards reads it
-            warm.get_many([m.feature_key() for m in manifests])
-
-        has_moto = all(importlib.util.find_spec(m) is not None for m in ("moto", "boto3"))
-        direct_url, moto_raw = _direct(work, args, spare, processes) if has_moto else ("", 0.0)
+        servers, uncompressed_url = {"service": [server.pid]}, ""
+        if any(v.startswith("service-uncompressed") for v in variants):
+            plain = work / "uncompressed"
+            services = build_services(Settings(data_dir=plain, codec=StoreCodec.UNCOMPRESSED))
+            populate(services.recorder, args.entries, args.tokens, args.hidden)  # the same entries, bit for bit
+            services.close()
+            server, uncompressed_url = start_service(plain, {}, args.server_processes, spare)
+            processes.append(server)
+            servers["uncompressed"] = [server.pid]
+        if any("cache" in v or v == "gpu-staged" for v in variants):
+            with FeatureClient(url, cache=work / "cache") as warm:  # fills the cache: epoch 2 onwards reads it
+                warm.get_many([m.feature_key() for m in manifests])
+        direct_url, moto_raw = "", {}
+        if "direct" in variants:
+            started = len(processes)
+            direct_url, moto_raw = _direct(work, args, spare, processes)
+            servers["direct"] = [p.pid for p in processes[started:]]  # moto and the service handing out its URLs
         keys = [m.feature_key().model_dump(exclude_none=True) for m in manifests]
         spec = {
             "keys": keys,
@@ -330,6 +383,7 @@ def main() -> None:
             "url": url,
             "direct_url": direct_url,
             "uncompressed_url": uncompressed_url,
+            "servers": servers,
             "cache_dir": str(work / "cache"),
             "batch": args.batch,
             "layers": 5,
@@ -337,12 +391,8 @@ def main() -> None:
             "hidden": args.hidden,
             "step_ms": args.step_ms,
         }
-        variants = [v for v in CPU_VARIANTS if v != "direct" or has_moto] + (
-            list(GPU_VARIANTS) if torch.cuda.is_available() else []
-        )
-        if args.variants:
-            variants = [v for v in variants if v in args.variants.split(",") or v == "anchor"]
         best: dict[str, dict[int, dict]] = {v: {} for v in variants}
+        rounds: dict[str, dict[int, list[float]]] = {v: {} for v in variants}  # every round's GB/s: how much it moves
         for _ in range(args.rounds):
             for n in counts:
                 for variant in variants:
@@ -352,22 +402,23 @@ def main() -> None:
                     if variant in GPU_VARIANTS:  # bigger batches: 100 ms steps would bound 4 entries each
                         batch = args.gpu_batch
                     figures = _run({**spec, "variant": variant, "cores": n, "keys": entries, "batch": batch})
+                    rounds[variant].setdefault(n, []).append(figures["gbs"])
                     if n not in best[variant] or figures["gbs"] > best[variant][n]["gbs"]:
                         best[variant][n] = figures
-                    print(f"{variant:<22} {n:>2} cores {json.dumps(figures)}", file=sys.stderr)
+                    print(f"{variant:<31} {n:>2} cores {json.dumps(figures)}", file=sys.stderr)
     finally:
         for process in processes:
             process.terminate()
             process.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
-    record = _record(args, best, counts, moto_raw, len(available))
+    record = _record(args, best, rounds, moto_raw, len(available))
     _print(record)
     if args.out:
         args.out.write_text(json.dumps(record, indent=2))
     print(json.dumps(record))
 
 
-def _direct(work: Path, args, cores: list[int], processes: list) -> tuple[str, float]:
+def _direct(work: Path, args, cores: list[int], processes: list) -> tuple[str, dict[str, float]]:
     """A store in moto's bucket, a service over it handing out presigned URLs, and moto's own ranged-GET rate."""
     import boto3
 
@@ -383,25 +434,50 @@ def _direct(work: Path, args, cores: list[int], processes: list) -> tuple[str, f
     env = {"HSSTORE_STORE_URL": "s3://hsstore-feed/features", "HSSTORE_S3_ENDPOINT": endpoint}
     root = work / "direct"
     services = build_services(Settings(data_dir=root, store_url=env["HSSTORE_STORE_URL"], s3_endpoint=endpoint))
-    populate(services.recorder, args.direct_entries, args.tokens, args.hidden)
+    manifests, _, _ = populate(services.recorder, args.direct_entries, args.tokens, args.hidden)
     services.close()
     server, url = start_service(root, env, 1, cores)
     processes.append(server)
-    objects = [
-        o for page in s3.get_paginator("list_objects_v2").paginate(Bucket="hsstore-feed") for o in page["Contents"]
-    ]
-    biggest = max(objects, key=lambda o: o["Size"])
-    start = time.perf_counter()
-    with ThreadPoolExecutor(8) as pool:  # moto's own rate: 8 ranged GETs of 8 MiB at a time, raw bytes, no checks
-        ranges = [(a, min(a + (8 << 20), biggest["Size"]) - 1) for a in range(0, biggest["Size"], 8 << 20)] * 2
-        got = pool.map(
-            lambda r: len(
-                s3.get_object(Bucket="hsstore-feed", Key=biggest["Key"], Range=f"bytes={r[0]}-{r[1]}")["Body"].read()
-            ),
-            ranges,
-        )
-        size = sum(got)
-    return url, size / GB / (time.perf_counter() - start)
+    return url, _raw_rate(url, s3, manifests)
+
+
+def _raw_rate(url: str, s3, manifests: list) -> dict[str, float]:
+    """moto's own rate for the very ranged GETs direct reads make (each entry's runs of chunks, on the presigned
+    URLs the service hands out), raw bytes and no checks, 8 at a time, read two ways: through the client's own
+    sockets into reused buffers, and through boto3. The better of the two is the bound direct reads are held to."""
+    import httpx
+
+    from client.bodies import Connections, fill
+    from client.direct import _runs
+    from client.keys import batch_item
+    from schemas.api import BatchRequest
+    from schemas.chunk_wire import DirectEntries
+
+    asked = BatchRequest(keys=[batch_item(m.feature_key()) for m in manifests])
+    answer = httpx.post(f"{url}/v1/features:locate", json=asked.model_dump(mode="json", exclude_none=True))
+    located = DirectEntries.model_validate_json(answer.raise_for_status().content)
+    runs = [run for entry in located.entries for run in _runs(entry)]
+    sockets, mine = Connections(timeout=60), threading.local()
+
+    def lean(run: tuple[str, int, int, int]) -> int:
+        signed, at, _, length = run
+        if getattr(mine, "view", None) is None or mine.view.nbytes < length:
+            mine.view = memoryview(bytearray(length))
+        with sockets.open("GET", signed, {"Range": f"bytes={at}-{at + length - 1}"}) as response:
+            return fill(mine.view[:length], response)
+
+    def boto(run: tuple[str, int, int, int]) -> int:
+        signed, at, _, length = run
+        bucket, key = urlsplit(signed).path.lstrip("/").split("/", 1)
+        return len(s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={at}-{at + length - 1}")["Body"].read())
+
+    rates = {"lean": 0.0, "boto3": 0.0}
+    for name, read in (("lean", lean), ("boto3", boto)) * 2:  # interleaved, the better of two passes each
+        start = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            got = sum(pool.map(read, runs))
+        rates[name] = max(rates[name], got / GB / (time.perf_counter() - start))
+    return rates
 
 
 def _run(spec: dict) -> dict:
@@ -413,7 +489,7 @@ def _run(spec: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _record(args, best: dict[str, dict[int, dict]], counts: list[int], moto_raw: float, cpus: int) -> dict:
+def _record(args, best: dict[str, dict[int, dict]], rounds: dict, moto_raw: dict[str, float], cpus: int) -> dict:
     import platform
 
     import torch
@@ -428,14 +504,16 @@ def _record(args, best: dict[str, dict[int, dict]], counts: list[int], moto_raw:
         figures["cores"] = top
         figures["over_anchor"] = figures["gbs"] / max(a["gbs"] for a in anchor.values())
         if name == "direct":
-            figures["object_store_raw_gbs"] = moto_raw
-            figures["over_object_store"] = figures["gbs"] / moto_raw
+            figures["object_store_raw_gbs"] = max(moto_raw.values())  # the better of the two raw clients
+            figures["object_store_raw_gbs_by_client"] = moto_raw
+            figures["over_object_store"] = figures["gbs"] / max(moto_raw.values())
         first = per_count[min(per_count)]["gbs"] / min(per_count)
         variants[name] = {
             **figures,
             "scaling": {str(n): per_count[n]["gbs"] for n in sorted(per_count)},
             "scaling_over_linear": {str(n): per_count[n]["gbs"] / (first * n) for n in sorted(per_count)},
             "over_anchor_per_cores": {str(n): per_count[n]["gbs"] / anchor[n]["gbs"] for n in sorted(per_count)},
+            "rounds_gbs": {str(n): rounds[name][n] for n in sorted(per_count)},
         }
     return {
         **record_header(),
@@ -448,18 +526,18 @@ def _record(args, best: dict[str, dict[int, dict]], counts: list[int], moto_raw:
         "step_ms": args.step_ms,
         "server_processes": args.server_processes,
         "rounds": args.rounds,
-        "object_store": "moto server (Python) on 127.0.0.1" if moto_raw else "none: moto is not installed here",
+        "object_store": "moto server (Python) on 127.0.0.1" if moto_raw else "none: the direct variant did not run",
         "variants": variants,
     }
 
 
 def _print(record: dict) -> None:
     heads = f"{'best GB/s':>10}{'cores':>6}{'tok/s':>10}{'CPU-s/GB':>9}{'wait':>6}{'x anchor':>9}"
-    print(f"{'variant':<22}{heads}  scaling")
+    print(f"{'variant':<31}{heads}  scaling")
     for name, v in record["variants"].items():
         scaling = " ".join(f"{n}:{g:.2f}" for n, g in v["scaling"].items())
         print(
-            f"{name:<22}{v['gbs']:>10.2f}{v['cores']:>6}{v['tok_s']:>10,.0f}{v['cpu_s_per_gb']:>9.2f}"
+            f"{name:<31}{v['gbs']:>10.2f}{v['cores']:>6}{v['tok_s']:>10,.0f}{v['cpu_s_per_gb']:>9.2f}"
             f"{v['wait_share']:>6.0%}{v['over_anchor']:>9.2f}  {scaling}"
         )
 
