@@ -107,6 +107,7 @@ def measure(spec: dict) -> dict:
     """Deliver every batch of `spec` once from `spec["variant"]` on `spec["cores"]` cores; the figures."""
     import torch
 
+    from benchmarks.serve import process_cpu_s
     from client import FeatureClient, pad_collate
     from schemas.keys import FeatureKey
 
@@ -194,8 +195,8 @@ def measure(spec: dict) -> dict:
 
     def cpu_seconds() -> tuple[float, list[float]]:
         """This process's CPU time with its feed's worker processes', and each server process's."""
-        mine = sum(_cpu_s(pid) for pid in (feed.pids if feed is not None else []))
-        return time.process_time() + mine, [_cpu_s(pid) for pid in servers]
+        mine = sum(process_cpu_s(pid) for pid in (feed.pids if feed is not None else []))
+        return time.process_time() + mine, [process_cpu_s(pid) for pid in servers]
 
     def consume(source: Iterator[dict], step: Callable[[], None]) -> dict:
         payload, tokens, waited, cpu, start, served = 0, 0, 0.0, 0.0, 0.0, []
@@ -257,12 +258,6 @@ def _tree(pid: int) -> list[int]:
             found += [int(child) for child in task.read_text().split()]
         i += 1
     return found
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of a process (the 14th and 15th fields of /proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _on_gpu(consume: Callable, delivered: Callable, spec: dict, n: int, pinned_ahead: bool) -> dict:
