@@ -122,6 +122,7 @@ def measure(spec: dict) -> dict:
     recycle = variant != "anchor"
 
     feed = None  # a ProcessFeed, for the variants that read through one
+    url = spec["urls"][_served_from(source_variant) or "service"]  # the cache's misses would go to the service
     if source_variant.startswith("anchor"):
 
         def sample(key: FeatureKey) -> dict:
@@ -134,7 +135,7 @@ def measure(spec: dict) -> dict:
         from client import ProcessFeed
 
         feed = ProcessFeed(
-            spec["uncompressed_url"] if PROCESSES[source_variant] == "service-uncompressed" else spec["url"],
+            url,
             processes=max(1, n // 2),
             threads=3,
             cache_dir=spec["cache_dir"] if PROCESSES[source_variant] == "cache" else None,
@@ -143,9 +144,6 @@ def measure(spec: dict) -> dict:
     else:
         from client.torch_data import fetch_sample, to_sample
 
-        url = {"direct": spec["direct_url"], "service-uncompressed": spec["uncompressed_url"]}.get(
-            source_variant, spec["url"]
-        )
         client = FeatureClient(
             url,
             max_connections=max(n, 4),
@@ -242,8 +240,10 @@ def measure(spec: dict) -> dict:
 
 
 def _served_from(source_variant: str) -> str:
-    """Which server a source reads through: "service", "uncompressed", "direct", or none ("")."""
-    if source_variant.startswith("service-uncompressed"):
+    """Which server a source reads through: "service", "uncompressed", "direct", or none (""), as `spec` names their
+    URLs and processes."""
+    source_variant = PROCESSES.get(source_variant, source_variant)
+    if source_variant == "service-uncompressed":
         return "uncompressed"
     if source_variant.startswith("service"):
         return "service"
@@ -354,30 +354,28 @@ def main() -> None:
         )
         index = json.loads((anchor / "hsstore_export.json").read_text())
         files = {e["content_hash"]: str(anchor / e["file"]) for e in index["entries"]}
-        servers, uncompressed_url = {"service": [server.pid]}, ""
+        urls, servers = {"service": url}, {"service": [server.pid]}
         if any(v.startswith("service-uncompressed") for v in variants):
             plain = work / "uncompressed"
             services = build_services(Settings(data_dir=plain, codec=StoreCodec.UNCOMPRESSED))
             populate(services.recorder, args.entries, args.tokens, args.hidden)  # the same entries, bit for bit
             services.close()
-            server, uncompressed_url = start_service(plain, {}, args.server_processes, spare)
+            server, urls["uncompressed"] = start_service(plain, {}, args.server_processes, spare)
             processes.append(server)
             servers["uncompressed"] = [server.pid]
         if any("cache" in v or v == "gpu-staged" for v in variants):
             with FeatureClient(url, cache=work / "cache") as warm:  # fills the cache: epoch 2 onwards reads it
                 warm.get_many([m.feature_key() for m in manifests])
-        direct_url, moto_raw = "", {}
+        moto_raw: dict[str, float] = {}
         if "direct" in variants:
             started = len(processes)
-            direct_url, moto_raw = _direct(work, args, spare, processes)
+            urls["direct"], moto_raw = _direct(work, args, spare, processes)
             servers["direct"] = [p.pid for p in processes[started:]]  # moto and the service handing out its URLs
         keys = [m.feature_key().model_dump(exclude_none=True) for m in manifests]
         spec = {
             "keys": keys,
             "files": files,
-            "url": url,
-            "direct_url": direct_url,
-            "uncompressed_url": uncompressed_url,
+            "urls": urls,
             "servers": servers,
             "cache_dir": str(work / "cache"),
             "batch": args.batch,
@@ -386,8 +384,7 @@ def main() -> None:
             "hidden": args.hidden,
             "step_ms": args.step_ms,
         }
-        best: dict[str, dict[int, dict]] = {v: {} for v in variants}
-        rounds: dict[str, dict[int, list[float]]] = {v: {} for v in variants}  # every round's GB/s: how much it moves
+        rounds: dict[str, dict[int, list[dict]]] = {v: {} for v in variants}  # every round's figures
         for _ in range(args.rounds):
             for n in counts:
                 for variant in variants:
@@ -397,16 +394,14 @@ def main() -> None:
                     if variant in GPU_VARIANTS:  # bigger batches: 100 ms steps would bound 4 entries each
                         batch = args.gpu_batch
                     figures = _run({**spec, "variant": variant, "cores": n, "keys": entries, "batch": batch})
-                    rounds[variant].setdefault(n, []).append(figures["gbs"])
-                    if n not in best[variant] or figures["gbs"] > best[variant][n]["gbs"]:
-                        best[variant][n] = figures
+                    rounds[variant].setdefault(n, []).append(figures)
                     print(f"{variant:<31} {n:>2} cores {json.dumps(figures)}", file=sys.stderr)
     finally:
         for process in processes:
             process.terminate()
             process.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
-    record = _record(args, best, rounds, moto_raw, len(available))
+    record = _record(args, rounds, moto_raw, len(available))
     _print(record)
     if args.out:
         args.out.write_text(json.dumps(record, indent=2))
@@ -484,13 +479,15 @@ def _run(spec: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _record(args, best: dict[str, dict[int, dict]], rounds: dict, moto_raw: dict[str, float], cpus: int) -> dict:
+def _record(args, rounds: dict[str, dict[int, list[dict]]], moto_raw: dict[str, float], cpus: int) -> dict:
     import platform
 
     import torch
 
     from benchmarks.records import record_header
 
+    # per variant and core count, the best round counts
+    best = {name: {n: max(runs, key=lambda f: f["gbs"]) for n, runs in per.items()} for name, per in rounds.items()}
     anchor = best["anchor"]
     variants = {}
     for name, per_count in best.items():
@@ -508,7 +505,7 @@ def _record(args, best: dict[str, dict[int, dict]], rounds: dict, moto_raw: dict
             "scaling": {str(n): per_count[n]["gbs"] for n in sorted(per_count)},
             "scaling_over_linear": {str(n): per_count[n]["gbs"] / (first * n) for n in sorted(per_count)},
             "over_anchor_per_cores": {str(n): per_count[n]["gbs"] / anchor[n]["gbs"] for n in sorted(per_count)},
-            "rounds_gbs": {str(n): rounds[name][n] for n in sorted(per_count)},
+            "rounds_gbs": {str(n): [f["gbs"] for f in rounds[name][n]] for n in sorted(per_count)},
         }
     return {
         **record_header(),
