@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import platform
 import sys
+from pathlib import Path
 
 import torch
 
 from service.model.kernels import version_of
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def record_header() -> dict:
@@ -21,5 +29,8 @@ def record_header() -> dict:
             "flash-linear-attention": version_of("flash-linear-attention"),
             "causal-conv1d": version_of("causal-conv1d"),
             "zarr": version_of("zarr"),
+            "numcodecs": version_of("numcodecs"),
+            "blosc2": version_of("blosc2"),
         },
+        "cpu": cpu_model(),
     }

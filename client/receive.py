@@ -9,13 +9,11 @@ numpy's copies release the GIL, so the pool decodes on every core while the rece
 
 from __future__ import annotations
 
-import struct
 from concurrent.futures import Future
 from math import prod
 from typing import Literal
 
 import numpy as np
-from numcodecs import Blosc
 
 from client.bodies import Body, fill
 from client.chunk_checks import DeferredCopy
@@ -24,16 +22,14 @@ from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.host_memory import HOST_MEMORY
 from schemas import chunk_wire
-from schemas.chunks import ChunkDigests, as_positions, crc_ok, grid, touched, unflatten
+from schemas.chunks import ChunkDigests, as_positions, grid, touched, unflatten
 from schemas.content_hash import content_hash
+from schemas.frames import FrameError, chunk_bytes
 from schemas.manifest import HIDDEN_SCALES, Manifest
 from schemas.tensors import DTYPES, RawTensor
 from schemas.wire import WireFormatError
 
 Verify = Literal["chunks", "full"]
-_BLOSC = Blosc()
-_BLOSC_HEADER = struct.Struct("<III")
-_MEMCPYED = 0x02  # blosc's flag for a frame that holds its chunk as it is
 
 
 class _Array:
@@ -53,21 +49,11 @@ class _Array:
     def decode(self, at: int, frame: memoryview, out: np.ndarray | None = None) -> None:
         """Check chunk `at` and copy the part of it the read selected into `out` (else the array's own)."""
         out = self.out if out is None else out
-        if not crc_ok(frame):
-            raise IntegrityError(f"{self.sent.name}: chunk {at} fails its crc32c")
-        payload = frame[:-4]
-        # blosc's own header: version, lz version, flags, typesize, then u32 nbytes, blocksize, cbytes
-        nbytes, _, cbytes = _BLOSC_HEADER.unpack_from(payload, 4) if payload.nbytes >= 16 else (-1, -1, -1)
-        if nbytes != self.nbytes or cbytes != payload.nbytes:
-            raise IntegrityError(f"{self.sent.name}: chunk {at} is not a blosc frame of one chunk")
-        if payload[2] & _MEMCPYED and cbytes == nbytes + 16:
-            # stored as it is (codec "uncompressed", or a chunk blosc could not shrink): checked where it lies,
-            # not copied into a scratch first
-            typed = np.frombuffer(payload[16:], dtype=self.dtype).reshape(self.sent.chunk)
-        else:
-            block = scratch_block(self.nbytes)
-            _BLOSC.decode(payload, out=block)
-            typed = block.view(self.dtype).reshape(self.sent.chunk)
+        try:
+            block = chunk_bytes(frame, self.nbytes, scratch_block(self.nbytes))
+        except FrameError as exc:
+            raise IntegrityError(f"{self.sent.name}: chunk {at} {exc}") from None
+        typed = block.view(self.dtype).reshape(self.sent.chunk)
         if not self.digests.matches(at, typed):
             raise IntegrityError(f"{self.sent.name}: chunk {at} differs from what was written")
         coords = unflatten(at, self.grid)

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from numcodecs import Blosc
 
 from schemas.chunks import ChunkDigests, as_positions, crc_ok, flat_index, touched
+from schemas.frames import FrameError, chunk_bytes
 
 _EMPTY = np.uint64(2**64 - 1)
 # Shared by reads and writes: blosc and crc32c release the GIL, so chunks (de)compress in parallel.
@@ -229,7 +229,7 @@ def read_array(
     if out.size == 0:
         return out
     index, size = _index(source, layout)
-    blosc = Blosc()
+    block_bytes = prod(chunk) * dtype.itemsize
     jobs = list(product(*touched(wanted, chunk)))
     spans = []
     for job in jobs:
@@ -246,10 +246,10 @@ def read_array(
         if frame is None:
             block = np.zeros(chunk, dtype=dtype)  # fill value
         else:
-            data = memoryview(frame)
-            if not crc_ok(data):
-                raise ChecksumError(f"{layout.label}: chunk {coords} checksum mismatch")
-            block = np.frombuffer(blosc.decode(data[:-4]), dtype=dtype).reshape(chunk)
+            try:
+                block = chunk_bytes(memoryview(frame), block_bytes).view(dtype).reshape(chunk)
+            except FrameError as exc:
+                raise ChecksumError(f"{layout.label}: chunk {coords} {exc}") from None
         if digests is not None:
             at = flat_index(coords, grid)
             if not digests.matches(at, block):

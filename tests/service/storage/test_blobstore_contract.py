@@ -123,7 +123,7 @@ def test_corrupted_chunk_is_detected(tmp_path: Path) -> None:
     raw = bytearray(shard.read_bytes())
     raw[200] ^= 0xFF
     shard.write_bytes(raw)
-    with pytest.raises(ValueError, match="checksum"):
+    with pytest.raises(ValueError, match="crc32c"):
         store.get(digest)
 
 
