@@ -3,7 +3,8 @@ released) against numcodecs' `Blosc.decode` (C-Blosc1: what every reader used be
 Chunks as the store writes them (256 tokens x 1 layer x 5120 bf16, `benchmarks.serve.hidden_like` values), every
 codec of `schemas.codecs`, each decoded into a per-thread scratch by 1..n threads at once, the two decoders
 interleaved round by round; the best round counts. Prints GB/s (of decoded bytes) per decoder and thread count,
-the ratio, and the JSON record last.
+the ratio, and the JSON record last. First, the ceiling: the same bytes only copied, at each thread count (how far
+the host's memory lets any per-byte work scale with threads).
 
     python benchmarks/frame_decode.py --threads 1,2 --out benchmarks/results/frame-decode-cpu.json
     python benchmarks/frame_decode.py --threads 1,4,12 --out ...   # on the GPU host
@@ -27,16 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.records import record_header
 from benchmarks.serve import hidden_like
 from schemas.chunks import crc32c
-from schemas.codecs import BLOSC, StoreCodec
+from schemas.codecs import StoreCodec
 from schemas.frames import chunk_bytes
+from service.storage.shard_writer import blosc_for
 
 GB = 1e9
-_SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
 
 
 def frames(codec: StoreCodec, chunks: list[np.ndarray]) -> list[bytes]:
-    params = BLOSC[codec]
-    writer = Blosc(cname=params.cname, clevel=params.clevel, shuffle=_SHUFFLE[params.shuffle], blocksize=0)
+    writer = blosc_for(codec)
     encoded = [writer.encode(c) for c in chunks]
     return [e + crc32c(e) for e in encoded]
 
@@ -82,6 +82,15 @@ def main() -> None:
     def after(frame: bytes, scratch: np.ndarray) -> None:
         chunk_bytes(memoryview(frame), nbytes, scratch)
 
+    def copy(frame: bytes, scratch: np.ndarray) -> None:  # the ceiling: the same bytes moved, nothing decoded
+        np.copyto(scratch, np.frombuffer(frame, dtype=np.uint8)[16 : 16 + nbytes])
+
+    plain = frames(StoreCodec.UNCOMPRESSED, chunks)
+    memcpy = {n: max(rate(copy, plain, nbytes, n, args.passes) for _ in range(args.rounds)) for n in counts}
+    first = min(counts)
+    for n in counts:
+        linear = memcpy[n] / (memcpy[first] * n / first)
+        print(f"memcpy of the chunks  {n:>2} threads  {memcpy[n]:6.2f} GB/s  ({linear:.2f} of linear)")
     results = {}
     for codec in StoreCodec:
         framed = frames(codec, chunks)
@@ -113,6 +122,7 @@ def main() -> None:
         "data": f"{len(chunks)} chunks of 256x1x5120 bf16 (benchmarks.serve.hidden_like), decoded into a scratch",
         "threads": counts,
         "rounds": args.rounds,
+        "memcpy_gbs": {str(n): g for n, g in memcpy.items()},
         "codecs": results,
     }
     if args.out:

@@ -9,13 +9,15 @@ from enum import StrEnum
 
 
 class StoreCodec(StrEnum):
-    # bit-shuffle + lz4: 1.25x on the 27B target's hidden states, decodes at 2.2 GB/s per thread (GPU host's CPU)
+    # bit-shuffle + lz4: 1.25x on the 27B target's hidden states; decodes at 3.3 GB/s per thread on the GPU host's
+    # CPU through `schemas.frames` (blosc2), 1.8 through numcodecs (`benchmarks/frame_decode.py`)
     LZ4_BITSHUFFLE = "lz4-bitshuffle"
     # byte-shuffle + zstd level 1: 1.29x, decodes at 0.44 GB/s per thread; the default before the measurement
     ZSTD1_SHUFFLE = "zstd1-shuffle"
-    # no compression (blosc level 0: each frame a header and a memcpy): for a store that feeds trainers, from local
-    # disk or through a replica, where decoding costs a reader more than the 1.25x of bytes it saves (a 12-core
-    # client through the service: 10.2 GB/s against 7.6; `benchmarks/feed.py`)
+    # no compression (blosc level 0: each frame a header and a memcpy): for a store that feeds trainers from local
+    # disk, or through a replica to clients short of cores, where decoding costs a reader more than the 1.25x of
+    # bytes it saves (a 12-core client through the service: 10.2 GB/s against 7.6 with numcodecs' decoder, before
+    # blosc2's brought the default codec to 7.7-8.8; `benchmarks/feed.py`)
     UNCOMPRESSED = "uncompressed"
 
 

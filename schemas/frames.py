@@ -1,10 +1,10 @@
 """A stored chunk as it lies in a shard and travels on the chunk wire: a blosc frame (Zarr's `blosc` codec) followed
 by its crc32c (Zarr's `crc32c` codec). One function checks and unpacks it, for the client and the service alike.
 
-Frames are decoded by C-Blosc2 (`blosc2`), which reads the C-Blosc1 frames Zarr and numcodecs write: on one core of
-this box it decoded the default codec's frames (lz4 + bit-shuffle, a 27B target's hidden states) at 4.0 GB/s against
-numcodecs' 2.0, and two threads at 7.5 against 4.1 (`benchmarks/codecs.py` measures both). The frames written stay
-numcodecs' own, so any Zarr reader opens the store."""
+Frames are decoded by C-Blosc2 (`blosc2`), which reads the C-Blosc1 frames Zarr and numcodecs write: on the GPU
+host's CPU it decoded the default codec's frames (lz4 + bit-shuffle) at 3.3 GB/s on one thread against numcodecs'
+1.8, and 29.5 against 19.6 on twelve (`benchmarks/frame_decode.py`). The frames written stay numcodecs' own, so
+any Zarr reader opens the store."""
 
 from __future__ import annotations
 

@@ -24,6 +24,12 @@ from service.storage.shard_reader import POOL, shard_key
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
 
 
+def blosc_for(codec: StoreCodec) -> Blosc:
+    """numcodecs' compressor for `codec`: what writes every stored frame of a blob written with it."""
+    params = BLOSC[codec]
+    return Blosc(cname=params.cname, clevel=params.clevel, shuffle=_SHUFFLE[params.shuffle], blocksize=0)
+
+
 def write_group(path: Path, attributes: dict[str, Any]) -> None:
     path.mkdir(parents=True, exist_ok=True)
     (path / "zarr.json").write_text(json.dumps({"attributes": attributes, "zarr_format": 3, "node_type": "group"}))
@@ -90,8 +96,7 @@ def encode_array(
     shard = tuple(ceil(n / c) * c for n, c in zip(data.shape, chunk, strict=True))
     chunk_grid = [s // c for s, c in zip(shard, chunk, strict=True)]
     meta = array_metadata(data.shape, data.dtype, chunk, shard, attributes, codec)
-    blosc = meta["codecs"][0]["configuration"]["codecs"][1]["configuration"]
-    compressor = Blosc(cname=blosc["cname"], clevel=blosc["clevel"], shuffle=_SHUFFLE[blosc["shuffle"]], blocksize=0)
+    compressor = blosc_for(codec)
 
     def encode(coords: tuple[int, ...]) -> tuple[bytes, bytes, str]:
         contiguous = np.ascontiguousarray(chunks.block(data, coords, chunk))

@@ -6,10 +6,9 @@ import pytest
 from numcodecs import Blosc
 
 from schemas.chunks import crc32c
-from schemas.codecs import BLOSC, StoreCodec
+from schemas.codecs import StoreCodec
 from schemas.frames import FrameError, chunk_bytes
-
-_SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
+from service.storage.shard_writer import blosc_for
 
 
 def _chunk() -> np.ndarray:
@@ -20,9 +19,7 @@ def _chunk() -> np.ndarray:
 
 
 def _frame(chunk: np.ndarray, codec: StoreCodec) -> bytes:
-    params = BLOSC[codec]
-    compressed = Blosc(cname=params.cname, clevel=params.clevel, shuffle=_SHUFFLE[params.shuffle], blocksize=0)
-    encoded = compressed.encode(np.ascontiguousarray(chunk))
+    encoded = blosc_for(codec).encode(np.ascontiguousarray(chunk))
     return encoded + crc32c(encoded)
 
 
