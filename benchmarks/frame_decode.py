@@ -2,12 +2,13 @@
 released) against numcodecs' `Blosc.decode` (C-Blosc1: what every reader used before), side by side in one run.
 Chunks as the store writes them (256 tokens x 1 layer x 5120 bf16, `benchmarks.serve.hidden_like` values), every
 codec of `schemas.codecs`, each decoded into a per-thread scratch by 1..n threads at once, the two decoders
-interleaved round by round; the best round counts. Prints GB/s (of decoded bytes) per decoder and thread count,
-the ratio, and the JSON record last. First, the ceiling: the same bytes only copied, at each thread count (how far
-the host's memory lets any per-byte work scale with threads).
+interleaved round by round; the best round counts. Ours also checks each frame's crc32c, as every read does. Prints
+GB/s (of decoded bytes) per decoder and thread count, the ratio, and the JSON record last. First, the ceiling: the
+same bytes only copied, at each thread count (how far the host's memory lets any per-byte work scale with threads).
 
-    python benchmarks/frame_decode.py --threads 1,2 --out benchmarks/results/frame-decode-cpu.json
-    python benchmarks/frame_decode.py --threads 1,4,12 --out ...   # on the GPU host
+    python benchmarks/frame_decode.py --threads 1,2   # a minute on 2 cores
+    python benchmarks/frame_decode.py --threads 1,2,4,8,12 --rounds 2 \
+        --out benchmarks/results/frame-decode-h200host.json   # on the GPU host
 """
 
 from __future__ import annotations
