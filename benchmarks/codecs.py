@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 from numcodecs import Blosc, blosc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.records import cpu_model
 from benchmarks.timing import timed
 from schemas.chunks import blocks
 from schemas.featureset import FeatureSet
@@ -91,18 +91,10 @@ def main() -> None:
             flush=True,
         )
     copy_s = timed(lambda: [c.copy() for c in chunks], args.repeats)
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
     record = {
         "command": " ".join(["python", *sys.argv]),
         "device": torch.cuda.get_device_name(0),
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "torch": torch.__version__,
         "data": f"hidden states of the 27B-shaped target (seed 0), layers 1,16,31,46,61, {len(chunks)} chunks of "
         f"256x1x5120 bf16 from {max(1, args.tokens // 2048)} sequences of 2048 random tokens",
