@@ -22,7 +22,7 @@ from benchmarks.records import cpu_model
 from benchmarks.timing import timed
 from schemas.chunks import blocks
 from schemas.featureset import FeatureSet
-from service.extraction.lean_forward import capture
+from schemas.lean_forward import capture
 from service.model.synthetic import build_synthetic
 
 GB = 1e9

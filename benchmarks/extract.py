@@ -184,9 +184,9 @@ def main() -> None:
     services = build_services(settings, loaded)
     vocab = int(loaded.config.vocab_size)
     extractor, spec = services.models.extractor(), services.models.spec
-    record["policy"] = extractor.fingerprint(Backend.FLA, 0, pack=extractor.pack_policy).batching
+    record["policy"] = extractor.fingerprint(Backend.FLA, pack=extractor.pack_policy).batching
     extractor.fusion_keeps_bits(Backend.FLA)
-    record["elementwise"] = extractor.fingerprint(Backend.FLA, 0, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
+    record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
 
     def e2e(sequences: list[list[int]], subdir: str, writers: int = args.writers) -> tuple[float, float, dict]:
         """Seconds, peak activations and what else the run saw: GPU idle share and the extracting thread's waits."""

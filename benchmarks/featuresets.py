@@ -89,7 +89,7 @@ def main() -> None:
     loaded = build_synthetic("cuda", num_layers=64)
     vocab = int(loaded.config.vocab_size)
     store = Path(tempfile.mkdtemp(prefix="hsstore-featuresets-", dir=args.work_dir))
-    services = build_services(Settings(data_dir=store, device="cuda", batch_tokens=0), loaded)
+    services = build_services(Settings(data_dir=store, device="cuda"), loaded)
     sets = featuresets(args.top_k)
     record["featuresets"] = {name: fs.canonical() for name, fs in sets.items()}
 

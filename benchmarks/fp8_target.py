@@ -53,7 +53,7 @@ def measure(
     fused = extractor.fusion_keeps_bits(backend)  # its one-time probe, untimed
     if services.writer.canaries is not None:  # and the canary, once per model load: untimed too
         services.writer.canaries.check(extractor, spec, backend)
-    figures: dict = {"elementwise": extractor.fingerprint(backend, 0, fused).elementwise}
+    figures: dict = {"elementwise": extractor.fingerprint(backend, fused).elementwise}
 
     def lean(items: list) -> float:
         torch.cuda.synchronize()

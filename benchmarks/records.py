@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ def cpu_model() -> str:
 def record_header() -> dict:
     return {
         "command": " ".join(["python", *sys.argv]),
+        "commit": os.environ.get("HSSTORE_COMMIT"),  # the device's copy has no .git: the launching side names it
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "versions": {
             "python": platform.python_version(),

@@ -94,7 +94,6 @@ def worker(device: str, data_dir: Path, ready: Path, layers: int, backend: str) 
         data_dir=data_dir,
         device=device,
         writer_threads=4,
-        batch_tokens=0,
         job_batch_size=16,
         worker_name=f"bench:{device}",
         lease_s=120,
@@ -183,7 +182,7 @@ def split_check(tokens: int) -> dict:
         max_diff = max(max_diff, float((to_torch(a).float() - to_torch(b).float()).abs().max()))
     return {
         "placement": placement,
-        "fingerprint_device_map": spread.fingerprint(Backend.FLA, 0, spread.fusion_keeps_bits(Backend.FLA)).device_map,
+        "fingerprint_device_map": spread.fingerprint(Backend.FLA, spread.fusion_keeps_bits(Backend.FLA)).device_map,
         "sequences": len(seqs),
         "tokens": sum(map(len, seqs)),
         "bit_equal_to_single_gpu": not differing,

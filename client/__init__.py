@@ -44,6 +44,7 @@ from schemas.prompt_hash import prompt_hash
 
 # The torch Datasets load torch on first use: `import client` (and the CLI) stays light for callers without tensors.
 _TORCH_DATA = {
+    "compute_features": "client.computation",
     "DeviceFeed": "client.device_feed",
     "EntryStream": "client.torch_data",
     "FeatureDataset": "client.torch_data",
@@ -106,6 +107,7 @@ __all__ = [
     "TopK",
     "WindowClosedError",
     "check_backends",
+    "compute_features",
     "fetch_sample",
     "kl_to_student",
     "live_backend",

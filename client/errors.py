@@ -32,7 +32,8 @@ class NotHsstoreError(HsstoreError):
 
 
 class MixedBackendsError(HsstoreError):
-    """Features of one kernel backend about to meet a live model running another (the trainer-side guard)."""
+    """Stored features about to meet a live model that computes other bits: another kernel backend, another
+    computation, another GPU type or library versions (the trainer-side guard)."""
 
 
 class InvalidRequestError(HsstoreError):

@@ -8,6 +8,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, WithJsonSchema
 
+from schemas.batching import ONE_PER_FORWARD, own_forward
+
 
 class Backend(StrEnum):
     """The kernels that actually ran for the Gated-DeltaNet layers (BACKENDS says which)."""
@@ -100,7 +102,7 @@ class Fingerprint(BaseModel):
     compiled: bool = False
     cuda_graphs: bool = False
     elementwise: str = "eager"  # or the fused forwards that replaced the eager elementwise chains
-    batching: str = "one sequence per forward, no padding"
+    batching: str = ONE_PER_FORWARD
     device_map: str = "single device"
     # A block-quantized FP8 target: its scheme, and how many linear layers ran each FP8 GEMM
     # (service/model/fp8_weights.py)
@@ -110,6 +112,11 @@ class Fingerprint(BaseModel):
     # `backend_stated` is set when the importer named the backend rather than leaving it `unknown`.
     imported_from: str | None = None
     backend_stated: bool = False
+
+    def own_forward(self) -> bool:
+        """Whether the bits are the model's own forward of the sequence alone, the computation a key names (not so
+        for an earlier release's packs, nor for an import: nothing says what computed it)."""
+        return own_forward(self.batching)
 
     @classmethod
     def of_import(cls, source: str, backend_stated: bool) -> Fingerprint:

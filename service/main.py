@@ -72,13 +72,7 @@ def build_models(
         loaded = load_weights(spec, settings.attn_implementation, settings.device)
     return ModelManager(
         spec,
-        lambda model: Extractor(
-            model,
-            settings.target_ids_chunk,
-            settings.batch_tokens,
-            settings.fused_elementwise,
-            settings.pack_tokens,
-        ),
+        lambda model: Extractor(model, settings.fused_elementwise, settings.pack_tokens),
         build_handover(settings, on_sglang_mismatch),
         HandoverLedger(settings.data_dir / "handover.json"),
         attn_implementation=settings.attn_implementation,

@@ -92,19 +92,13 @@ class Settings(BaseSettings):
         default=DEFAULT_CODEC,
         description="blosc codec new blobs are written with (the README's codec table); blobs of every codec read",
     )
-    target_ids_chunk: int = Field(default=1024, ge=1, description="tokens per lm_head chunk when computing target_ids")
 
     pack_tokens: int = Field(
         default=16384,
         ge=0,
-        description="on CUDA, the fixed token shape of packed forwards (many sequences per forward, bits independent "
-        "of the neighbours; longer sequences alone in a multiple of it); 0 = off. The CPU never packs",
-    )
-    batch_tokens: int = Field(
-        default=0,
-        ge=0,
-        description="with packing off: padded tokens per right-padded forward, used on a GPU only if a probe shows "
-        "they keep every bit; 0 = one sequence per forward",
+        description="on CUDA, the token shape of packed forwards (many sequences per forward, each getting the bits "
+        "of the model's own forward of it alone; longer sequences alone in a multiple of it); 0 = off. The CPU never "
+        "packs",
     )
     fused_elementwise: bool = Field(
         default=True,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -244,17 +245,18 @@ def foreign_url() -> Iterator[str]:
 
 @pytest.fixture
 def forward_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The rows of every forward any extractor runs from now on (probes included, the canary not), in order."""
+    """The tokens of every one-sequence forward any extractor runs from now on (probes included, the canary not),
+    in order."""
     from service.core.canary import canary_ids
     from service.extraction.extractor import Extractor
 
     sizes: list[int] = []
     original = Extractor._forward
 
-    def counting(self: Extractor, rows: list, *args: object, **kwargs: object) -> object:
-        if not (len(rows) == 1 and rows[0].ids == canary_ids(int(self.loaded.config.vocab_size))):
-            sizes.append(len(rows))  # not the canary, which runs once per loaded model and backend
-        return original(self, rows, *args, **kwargs)
+    def counting(self: Extractor, seq: Any, *args: object, **kwargs: object) -> object:
+        if seq.ids != canary_ids(int(self.loaded.config.vocab_size)):
+            sizes.append(len(seq.ids))  # not the canary, which runs once per loaded model and backend
+        return original(self, seq, *args, **kwargs)
 
     monkeypatch.setattr(Extractor, "_forward", counting)
     return sizes

@@ -18,12 +18,13 @@ import transformers
 
 from schemas import fp8
 from schemas.backend import RULE, SPECS, Backend, Fingerprint
+from schemas.batching import ONE_PER_FORWARD, PackPolicy
 from schemas.featureset import FeatureSet
+from schemas.lean_forward import capture, chunked_heads
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
-from service.extraction.batching import describe, plan_batches
 from service.extraction.bit_checks import BitChecks, TokenSequence
-from service.extraction.lean_forward import capture, chunked_heads
-from service.extraction.packing import Pack, PackPolicy, pack_inputs, per_sequence, plan_packs
+from service.extraction.own_rows import own_rows
+from service.extraction.packing import Pack, pack_inputs, per_sequence, plan_packs
 from service.extraction.results import Extraction, Labels, PendingExtraction
 from service.extraction.stats import layer_summary
 from service.model.encode import EncodedPrompt
@@ -33,9 +34,9 @@ from service.model.kernels import version_of
 from service.model.loader import LoadedModel
 
 log = logging.getLogger("hsstore.extraction")
-# Device kinds where fixed-shape packs run (service/extraction/packing.py). Not the CPU, a development device: that a
-# row's bits do not depend on where it sits in a pack is tested there only at one offset, which is what every CPU's
-# kernels must give; on the GPU it is tested at every offset, for every backend (tests/gpu).
+# Device kinds where packs run (service/extraction/packing.py). Not the CPU, a development device: what stays packed is
+# row-wise, and torch's vectorised CPU kernels round an element by where its thread's chunk ends (SIMD body or scalar
+# tail), so there a row's bits can follow its offset. CUDA's pointwise kernels run one function per element.
 PACKING_DEVICES = frozenset({"cuda"})
 _SUMMARY = "layer summary"
 
@@ -44,30 +45,24 @@ class Extractor:
     def __init__(
         self,
         loaded: LoadedModel,
-        target_ids_chunk: int = 1024,
-        batch_tokens: int = 0,
         fuse: bool = True,
         pack_tokens: int = 0,
     ) -> None:
         self.loaded = loaded
         self.pack_tokens = pack_tokens
         self.fuse = fuse
-        self.target_ids_chunk = target_ids_chunk
-        self.batch_tokens = batch_tokens
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self._copy_stream = torch.cuda.Stream(loaded.device) if loaded.device.type == "cuda" else None
         self.checks = BitChecks(loaded, self._forward, fuse)  # which faster ways of running keep the bits, here
 
     @property
     def pack_policy(self) -> PackPolicy | None:
-        """The packed policy new extractions run under here, if any (it wins over right-padded batches)."""
+        """The packed policy new extractions run under here, if any."""
         if self.pack_tokens <= 0 or self.loaded.device.type not in PACKING_DEVICES:
             return None
         return PackPolicy(self.pack_tokens)
 
-    def fingerprint(
-        self, backend: Backend, batch_tokens: int, fused: bool = False, pack: PackPolicy | None = None
-    ) -> Fingerprint:
+    def fingerprint(self, backend: Backend, fused: bool = False, pack: PackPolicy | None = None) -> Fingerprint:
         device = self.loaded.device
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         return Fingerprint(
@@ -79,7 +74,7 @@ class Extractor:
             dtype=str(self.loaded.model.dtype).removeprefix("torch."),
             attn_implementation=str(self.loaded.config._attn_implementation),
             kernels=self.loaded.kernels.plan(backend),
-            batching=pack.describe() if pack is not None else describe(batch_tokens),
+            batching=pack.describe() if pack is not None else ONE_PER_FORWARD,
             elementwise=FUSED if fused else EAGER,
             device_map=self.loaded.device_map,
             quantization=quantization.describe() if (quantization := self.loaded.quantization) else None,
@@ -90,9 +85,10 @@ class Extractor:
         self, encoded: EncodedPrompt, featureset: FeatureSet, backend: Backend, label: str, policy: str | None = None
     ) -> Extraction:
         """One sequence alone, under the policy a fingerprint names (`batching`; what an audit reproduces): alone in
-        a pack for a packed one, else one sequence per forward (right-padded batches were proven equal to that)."""
+        a pack for a packed one, else one sequence per forward (what an earlier release's right-padded batches were
+        probed against)."""
         pack = PackPolicy.parse(policy) if policy is not None else self.pack_policy
-        ((_, pending),) = self.extract_many([(encoded, label)], featureset, backend, batch_tokens=0, pack=pack)
+        ((_, pending),) = self.extract_many([(encoded, label)], featureset, backend, pack=pack)
         return pending.wait()
 
     def extract_many(
@@ -100,10 +96,9 @@ class Extractor:
         items: Sequence[tuple[EncodedPrompt, str]],
         featureset: FeatureSet,
         backend: Backend,
-        batch_tokens: int | None = None,
         pack: PackPolicy | Literal["default"] | None = "default",
     ) -> Iterator[tuple[int, PendingExtraction]]:
-        """Yield (index into `items`, pending extraction) as packs or batches finish, longest sequences first."""
+        """Yield (index into `items`, pending extraction) as packs or forwards finish, longest sequences first."""
         loaded = self.loaded
         pack = self.pack_policy if pack == "default" else pack
         with self._lock, self._on_device(), torch.inference_mode(), loaded.kernels.running(backend) as run:
@@ -111,10 +106,9 @@ class Extractor:
             sequences = [self._complete(encoded) for encoded, _ in items]
             run.verify()
             if pack is not None:
-                fingerprint = self.fingerprint(backend, 0, fused is not None, pack)
-                varlen = RULE in SPECS[backend].fast  # fla's delta rule is what runs
+                fingerprint = self.fingerprint(backend, fused is not None, pack)
                 for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
-                    hidden, normed = self._forward_pack(planned, sequences, featureset, fused, varlen)
+                    hidden, normed = self._forward_pack(planned, sequences, featureset, fused, pack, backend)
                     run.verify()
                     staged = self._stage(hidden, planned, featureset)
                     for segment in planned.segments:
@@ -133,24 +127,15 @@ class Extractor:
                         )
                         yield segment.index, finished
                 return
-            budget = self.checks.batch_budget(self.batch_tokens if batch_tokens is None else batch_tokens, backend)
-            fingerprint = self.fingerprint(backend, budget, fused is not None)
-            for forward, batch in enumerate(plan_batches([len(s.ids) for s in sequences], budget)):
-                rows = [sequences[i] for i in batch]
-                hidden, heads = self._forward(rows, featureset, fused)
+            fingerprint = self.fingerprint(backend, fused is not None)
+            longest_first = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i].ids), i))
+            for forward, index in enumerate(longest_first):
+                hidden, heads = self._forward(sequences[index], featureset, fused)
                 run.verify()  # nothing leaves this function labelled with kernels that did not run
-                for row, index in enumerate(batch):
-                    yield (
-                        index,
-                        self._finish(
-                            rows[row], hidden[row], heads[row], featureset, fingerprint, items[index][1], forward
-                        ),
-                    )
-
-    def batching_keeps_bits(self, batch_tokens: int, backend: Backend) -> bool:
-        """Whether batches of `batch_tokens` give every sequence the bits it gets alone, here (probed once)."""
-        with self._lock, self._on_device(), torch.inference_mode(), self.loaded.kernels.running(backend):
-            return self.checks.batch_budget(batch_tokens, backend) == batch_tokens
+                yield (
+                    index,
+                    self._finish(sequences[index], hidden, heads, featureset, fingerprint, items[index][1], forward),
+                )
 
     def fusion_keeps_bits(self, backend: Backend) -> bool:
         """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
@@ -182,14 +167,18 @@ class Extractor:
         sequences: list[TokenSequence],
         featureset: FeatureSet,
         fused: FusedForwards | None,
-        varlen: bool,
+        policy: PackPolicy,
+        backend: Backend,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[1, shape, n_layers, H] hidden states of one pack, and the final norm's output when logits are needed."""
         inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self._copy_stream is not None)
         ids = inputs.pop("input_ids")
+        spans = [(s.start, s.start + s.length) for s in pack.segments]
+        rule_over_pack = not policy.own_rows and RULE in SPECS[backend].fast  # an earlier release's fla packs
         with (
             fused.applied() if fused is not None else contextlib.nullcontext(),
-            per_sequence(self.loaded.kernels.module, pack, varlen),
+            own_rows(self.loaded.body, spans, pack.shape) if policy.own_rows else contextlib.nullcontext(),
+            per_sequence(self.loaded.kernels.module, pack, policy, rule_over_pack),
         ):
             return capture(self.loaded.body, ids, featureset, **inputs)
 
@@ -206,27 +195,18 @@ class Extractor:
         return host[HIDDEN_STATES]
 
     def _heads(self, normed: torch.Tensor, featureset: FeatureSet) -> dict[str, torch.Tensor]:
-        return chunked_heads(self.loaded.model.get_output_embeddings(), normed, self.target_ids_chunk, featureset)
+        return chunked_heads(self.loaded.model.get_output_embeddings(), normed, featureset)
 
     def _forward(
-        self, rows: list[TokenSequence], featureset: FeatureSet, fused: FusedForwards | None = None
-    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
-        """[B, T, n_layers, H] hidden states (right-padded) and, per row, what the featureset takes from the logits
-        of its own tokens (`chunked_heads`; empty when it takes nothing)."""
-        longest = max(len(r.ids) for r in rows)
-        ids = torch.zeros((len(rows), longest), dtype=torch.long, pin_memory=self._copy_stream is not None)
-        for row, seq in enumerate(rows):
-            ids[row, : len(seq.ids)] = torch.tensor(seq.ids)
-        # No padding mask: pads sit after every real token and every layer is causal, so real tokens never see them,
-        # and the kernels stay the unmasked ones a sequence alone runs.
+        self, seq: TokenSequence, featureset: FeatureSet, fused: FusedForwards | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """[T, n_layers, H] hidden states of one sequence alone and what the featureset takes from its logits
+        (`chunked_heads`; empty when it takes nothing)."""
+        ids = torch.tensor([seq.ids], dtype=torch.long, pin_memory=self._copy_stream is not None)
         with fused.applied() if fused is not None else contextlib.nullcontext():
             # from pinned memory without blocking: the thread never waits for the GPU between sequences
             hidden, normed = capture(self.loaded.body, ids.to(self.loaded.device, non_blocking=True), featureset)
-        if normed is None:
-            return hidden, [{} for _ in rows]
-        lm_head = self.loaded.model.get_output_embeddings()
-        chunk = self.target_ids_chunk
-        return hidden, [chunked_heads(lm_head, normed[i, : len(r.ids)], chunk, featureset) for i, r in enumerate(rows)]
+        return hidden[0], self._heads(normed[0], featureset) if normed is not None else {}
 
     def _finish(
         self,

@@ -1,22 +1,20 @@
-"""Packed forwards of one fixed token shape, whose bits do not depend on the neighbours.
+"""Packed forwards: many sequences share one forward of `tokens` positions (the rest filler), and each gets the
+bits of the model's own forward of it alone.
 
-Many sequences share one forward of exactly `tokens` positions (the rest is filler), so every GEMM, norm and
-activation always runs at the same shape and a row's bits cannot depend on what else is in the pack: those kernels
-compute each row from that row alone. The parts that mix tokens run per sequence, on that sequence's rows only, so
-their shapes are the sequence's own wherever it sits: the causal conv and the gated delta rule of every
-Gated-DeltaNet layer (whatever kernels the backend binds), and full attention (causal, positions restarting at 0).
-A sequence longer than `tokens` runs alone in the next multiple of it. Sequence starts are aligned to `align`
-tokens (fla's chunk), so no kernel sees a start its tiling would treat differently.
+Which pack a sample lands in, and where, changes nothing: every op whose bits can depend on its row count runs at the
+sequence's own rows (own_rows.py: the linear layers and norms; here: the token mixers, i.e. the causal conv, the
+gated delta rule and full attention, causal with positions restarting at 0), laid out as alone; everything else is
+computed row by row. A sequence longer than `tokens` runs alone in the next multiple of it. Starts are aligned to
+`align` tokens, so every sequence's slice of a packed tensor starts 512-byte aligned, as a fresh tensor does.
 
-Which pack a sample lands in, and where, then changes nothing: the audit re-extracts it alone in a pack and gets the
-same bits (tested on the GPU for every backend, at other offsets and with other neighbours; on the CPU with other
-neighbours at one offset, the property a CPU's kernels must have whatever the host).
+Packs of an earlier release ran the linear layers and norms over the whole pack, and fla's rule once over the pack
+with `cu_seqlens` (`own_rows=False`). Their bits did not depend on the neighbours but were not the model's own
+forward's; they run still, only to audit what they wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
@@ -24,26 +22,11 @@ from typing import Any
 
 import torch
 
+from schemas.batching import PackPolicy
+from service.extraction.own_rows import Spans, alone
+
 # What the modeling module calls for the parts that mix tokens: swapped for per-sequence versions during a pack
 CONV, RULE, ATTENTION = "causal_conv1d_fn", "torch_chunk_gated_delta_rule", "ALL_ATTENTION_FUNCTIONS"
-
-
-@dataclass(frozen=True, slots=True)
-class PackPolicy:
-    tokens: int
-    align: int = 64
-
-    def describe(self) -> str:
-        return (
-            f"fixed-shape packs of {self.tokens} tokens, starts aligned to {self.align} "
-            "(a longer sequence alone in the next multiple; token mixing per sequence, fla's rule over cu_seqlens)"
-        )
-
-    @classmethod
-    def parse(cls, described: str) -> PackPolicy | None:
-        """The policy a fingerprint names, if it is a packed one (what the audit re-extracts under)."""
-        found = re.fullmatch(r"fixed-shape packs of (\d+) tokens, starts aligned to (\d+) .*", described)
-        return cls(int(found[1]), int(found[2])) if found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +82,23 @@ def pack_inputs(pack: Pack, ids: list[list[int]], device: torch.device, pin: boo
 
 
 @contextlib.contextmanager
-def per_sequence(module: ModuleType, pack: Pack, varlen_rule: bool) -> Iterator[None]:
+def per_sequence(module: ModuleType, pack: Pack, policy: PackPolicy, rule_over_pack: bool) -> Iterator[None]:
     """While the block runs, the modeling module's token-mixing calls run once per sequence of `pack` (through
-    whatever is bound there now: the kernel recorder of the backend that runs) and leave the filler at zero. With
-    `varlen_rule` (fla's delta rule is bound), the rule runs once per layer over the whole pack with fla's
-    `cu_seqlens`, each sequence (and each stretch of filler, then computed like one) a sequence of its own:
-    per-sequence calls cost ~1 ms of CPU each there, and fla computes every sequence's chunks from its own start.
-    Filler rows never reach a real one: every other kernel is row-wise."""
+    whatever is bound there now: the kernel recorder of the backend that runs), each on its rows laid out as alone,
+    and leave the filler at zero. `rule_over_pack` (an earlier release's packs with fla's rule bound): the rule runs
+    once per layer over the whole pack with fla's `cu_seqlens`, each sequence (and each stretch of filler) a sequence
+    of its own, and slices go on as they lie."""
     spans = [(s.start, s.start + s.length) for s in pack.segments]
+
+    def part(x: torch.Tensor, axis: int, start: int, end: int) -> torch.Tensor:
+        rows = x.narrow(axis, start, end - start)
+        return alone(rows, axis, pack.shape) if policy.own_rows else rows
+
     saved = {name: getattr(module, name) for name in (CONV, RULE, ATTENTION)}
-    setattr(module, CONV, _conv(saved[CONV], spans))
-    rule = _varlen_rule(saved[RULE], spans, pack.shape) if varlen_rule else _rule(saved[RULE], spans)
+    setattr(module, CONV, _conv(saved[CONV], spans, part))
+    rule = _varlen_rule(saved[RULE], spans, pack.shape) if rule_over_pack else _rule(saved[RULE], spans, part)
     setattr(module, RULE, rule)
-    setattr(module, ATTENTION, _Attention(saved[ATTENTION], spans))
+    setattr(module, ATTENTION, _Attention(saved[ATTENTION], spans, part))
     try:
         yield
     finally:
@@ -119,17 +106,20 @@ def per_sequence(module: ModuleType, pack: Pack, varlen_rule: bool) -> Iterator[
             setattr(module, name, value)
 
 
-def _conv(inner: Callable[..., torch.Tensor], spans: list[tuple[int, int]]) -> Callable[..., torch.Tensor]:
+Part = Callable[[torch.Tensor, int, int, int], torch.Tensor]  # (packed, token axis, start, end) -> rows
+
+
+def _conv(inner: Callable[..., torch.Tensor], spans: Spans, part: Part) -> Callable[..., torch.Tensor]:
     def conv(x: torch.Tensor, weight: torch.Tensor, bias: Any = None, activation: Any = None, **_: Any) -> Any:
         out = torch.zeros_like(x)  # [B, C, T], the input's strides (channel-last, as the layer makes it)
         for start, end in spans:
-            out[:, :, start:end] = inner(x[:, :, start:end], weight, bias, activation=activation)
+            out[:, :, start:end] = inner(part(x, 2, start, end), weight, bias, activation=activation)
         return out
 
     return conv
 
 
-def _rule(inner: Callable[..., Any], spans: list[tuple[int, int]]) -> Callable[..., Any]:
+def _rule(inner: Callable[..., Any], spans: Spans, part: Part) -> Callable[..., Any]:
     def rule(
         query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, **kw: Any
     ) -> Any:
@@ -137,11 +127,11 @@ def _rule(inner: Callable[..., Any], spans: list[tuple[int, int]]) -> Callable[.
         out: torch.Tensor | None = None
         for start, end in spans:
             core, _ = inner(
-                query[:, start:end],
-                key[:, start:end],
-                value[:, start:end],
-                g=g[:, start:end],
-                beta=beta[:, start:end],
+                part(query, 1, start, end),
+                part(key, 1, start, end),
+                part(value, 1, start, end),
+                g=part(g, 1, start, end),
+                beta=part(beta, 1, start, end),
                 **kw,
             )
             if out is None:
@@ -152,7 +142,7 @@ def _rule(inner: Callable[..., Any], spans: list[tuple[int, int]]) -> Callable[.
     return rule
 
 
-def _varlen_rule(inner: Callable[..., Any], spans: list[tuple[int, int]], shape: int) -> Callable[..., Any]:
+def _varlen_rule(inner: Callable[..., Any], spans: Spans, shape: int) -> Callable[..., Any]:
     bounds = sorted({0, shape, *(edge for span in spans for edge in span)})
     cpu = torch.tensor(bounds, dtype=torch.long)
     staged = cpu.pin_memory() if torch.cuda.is_available() else cpu  # so its copy up never waits for the GPU
@@ -172,13 +162,14 @@ def _varlen_rule(inner: Callable[..., Any], spans: list[tuple[int, int]], shape:
 class _Attention:
     """Stands in for transformers' attention registry: the interface it hands out runs each sequence alone."""
 
-    def __init__(self, registry: Any, spans: list[tuple[int, int]]) -> None:
+    def __init__(self, registry: Any, spans: Spans, part: Part) -> None:
         self.registry = registry
         self.spans = spans
+        self.part = part
 
     def get_interface(self, name: str, default: Callable[..., Any]) -> Callable[..., Any]:
         inner = self.registry.get_interface(name, default)
-        spans = self.spans
+        spans, part = self.spans, self.part
         masked = name == "eager"  # eager attention is causal only through its mask; sdpa's is_causal needs none
 
         def attention(
@@ -188,10 +179,10 @@ class _Attention:
             out = query.new_zeros((batch, tokens, heads, value.shape[-1]))
             for start, end in spans:
                 mask = _causal(end - start, query) if masked else None
-                part, _ = inner(
-                    module, query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], mask, **kw
+                found, _ = inner(
+                    module, part(query, 2, start, end), part(key, 2, start, end), part(value, 2, start, end), mask, **kw
                 )
-                out[:, start:end] = part
+                out[:, start:end] = found
             return out, None
 
         return attention

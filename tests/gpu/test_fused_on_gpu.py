@@ -12,7 +12,7 @@ import torch
 
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from service.extraction.lean_forward import capture
+from schemas.lean_forward import capture
 from service.model.fused import FusedForwards, kernel_mismatches
 from service.model.loader import LoadedModel
 from tests.gpu.marks import needs_gpu_with

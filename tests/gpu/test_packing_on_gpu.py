@@ -11,9 +11,10 @@ import torch
 
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
+from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.torch_tensors import to_torch
-from service.extraction.packing import PackPolicy, plan_packs
+from service.extraction.packing import plan_packs
 from service.main import build_services
 from service.model.devmodel import build_devmodel
 from service.model.encode import EncodedPrompt

@@ -8,7 +8,7 @@ import torch
 
 from client import FeatureClient
 from schemas.featureset import FeatureSet
-from service.extraction.lean_forward import capture
+from schemas.lean_forward import capture
 from service.model.loader import LoadedModel
 
 ALL_LAYERS = list(range(8))

@@ -12,11 +12,12 @@ import torch
 
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
+from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.torch_tensors import to_torch
 from service.extraction import extractor as extractor_module
 from service.extraction.extractor import Extractor
-from service.extraction.packing import PackPolicy, plan_packs
+from service.extraction.packing import plan_packs
 from service.main import build_services
 from service.model.encode import EncodedPrompt
 from service.model.loader import LoadedModel

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
+from schemas.lean_forward import capture
 from service.extraction.extractor import Extractor
-from service.extraction.lean_forward import capture
 from service.main import build_services
 from service.model.fused import EAGER, FusedForwards
 from service.model.loader import LoadedModel

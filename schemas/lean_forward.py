@@ -1,5 +1,7 @@
 """The lean forward: hooks on the layers a featureset needs, stop after the last needed layer, and the lm_head only in
-chunks of tokens when the featureset asks for what the target predicts (never the full [T, vocab] logits).
+chunks of `HEAD_CHUNK` tokens when the featureset asks for what the target predicts (never the full [T, vocab] logits).
+It is the one definition of the computation an entry holds, run by the service (one sequence per forward, or many in
+a pack that gives each the same bits) and by a trainer holding the model (`client.compute_features`).
 
 Layer L is the raw output of decoder layer L (HF `hidden_states[L+1]`, DFlash's offset 1); `embed` is the embedding
 output and `final_norm` the final RMSNorm's output. transformers 5.x puts the post-norm tensor last in
@@ -16,6 +18,9 @@ import torch
 
 from schemas.featureset import EMBED, FINAL_NORM, FeatureSet, LayerId
 from schemas.manifest import TOPK_IDS, TOPK_LOGPROBS, TOPK_MASS
+
+# Tokens per lm_head GEMM: part of the computation (a GEMM's rows can change with its row count), so a constant
+HEAD_CHUNK = 1024
 
 
 class _EnoughLayers(Exception):
@@ -67,11 +72,11 @@ def capture(
     return out, normed[0] if normed else None
 
 
-def chunked_heads(lm_head: torch.nn.Module, normed: torch.Tensor, chunk: int, featureset: FeatureSet) -> dict:
-    """What a featureset takes from the next-token logits of one sequence's `normed` [T, H], `chunk` tokens at a
+def chunked_heads(lm_head: torch.nn.Module, normed: torch.Tensor, featureset: FeatureSet) -> dict:
+    """What a featureset takes from the next-token logits of one sequence's `normed` [T, H], `HEAD_CHUNK` tokens at a
     time: `target_ids` (argmax, int32 [T]) and, for `top_k`, the k most likely ids (int32 [T, k]), their
     log-probabilities under the full-vocabulary softmax (float32 [T, k]) and the mass they hold (float32 [T])."""
-    tokens, device, k = normed.shape[0], normed.device, featureset.top_k
+    tokens, device, k, chunk = normed.shape[0], normed.device, featureset.top_k, HEAD_CHUNK
     out: dict[str, torch.Tensor] = {}
     if featureset.target_ids:
         out["target_ids"] = torch.empty(tokens, dtype=torch.int32, device=device)

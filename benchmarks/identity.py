@@ -1,0 +1,167 @@
+"""Whether extracted features are the model's own forward of each sequence, and what each way of extracting costs, on
+one GPU at the 27B shape (random weights), 5 DFlash layers, fla, in one process:
+
+  identity    per length (64 to 16,384 tokens, multiples of 64 and not; all twelve extracted together, so they share
+              packs) and layer, the share of values equal to `model(input_ids, output_hidden_states=True)` of the
+              sequence alone, with layer 61's cosine minimum over tokens and largest absolute difference
+  throughput  each policy's lean extraction (forwards and the copy to host memory; no hashing or writing) of the two
+              length mixes of benchmarks/extract.py, the policies interleaved round by round
+  profile     where one short-mix pack's GPU time goes under the default policy
+
+Policies: own-rows packs (the default: every op whose bits can depend on its row count at each sequence's own rows),
+an earlier release's packs (GEMMs and norms over the whole pack), one sequence per forward.
+
+    python benchmarks/identity.py --out benchmarks/results/identity-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.extract import MIXES, lengths_totalling, profile_pack, random_ids
+from benchmarks.records import record_header
+from schemas.backend import Backend
+from schemas.batching import PackPolicy
+from schemas.featureset import FeatureSet
+from schemas.torch_tensors import to_torch
+from service.extraction.extractor import Extractor
+from service.extraction.packing import plan_packs
+from service.model.encode import EncodedPrompt
+from service.model.synthetic import build_synthetic
+
+LENGTHS = [64, 129, 200, 333, 700, 900, 1500, 1777, 2048, 3001, 4097, 16384]
+
+
+def policies(pack_tokens: int) -> dict[str, PackPolicy | None]:
+    return {
+        "own-rows packs": PackPolicy(pack_tokens),
+        "earlier packs": PackPolicy(pack_tokens, own_rows=False),
+        "one per forward": None,
+    }
+
+
+def encoded(ids: list[int]) -> EncodedPrompt:
+    return EncodedPrompt(prompt_ids=ids, completion_ids=None, completion_source=None, greedy_max_new_tokens=None)
+
+
+def extracted(extractor: Extractor, items: list, featureset: FeatureSet, pack: PackPolicy | None) -> dict:
+    done = extractor.extract_many(items, featureset, Backend.FLA, pack=pack)
+    return {index: to_torch(next(t for t in p.wait().tensors if t.name == "hidden_states")) for index, p in done}
+
+
+def plain(model: torch.nn.Module, ids: list[int], layers: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([ids], device="cuda"), output_hidden_states=True, use_cache=False)
+        return torch.stack([out.hidden_states[layer + 1][0] for layer in layers], dim=1).cpu()
+
+
+def identity(extractor: Extractor, featureset: FeatureSet, layers: list[int], pack_tokens: int) -> dict:
+    vocab = int(extractor.loaded.config.vocab_size)
+    sequences = random_ids(LENGTHS, vocab, seed=7)
+    items = [(encoded(ids), str(len(ids))) for ids in sequences]
+    by_policy = {name: extracted(extractor, items, featureset, pack) for name, pack in policies(pack_tokens).items()}
+    rows = []
+    for index, ids in enumerate(sequences):
+        reference = plain(extractor.loaded.model, ids, layers)
+        row: dict = {"tokens": len(ids)}
+        for name, features in by_policy.items():
+            hidden = features[index]
+            equal = (hidden.view(torch.int16) == reference.view(torch.int16)).float().mean(dim=(0, 2))
+            last, last_ref = hidden[:, -1].float(), reference[:, -1].float()
+            row[name] = {
+                "equal_share_by_layer": {str(layer): float(e) for layer, e in zip(layers, equal, strict=True)},
+                f"layer_{layers[-1]}_cosine_min": float(torch.nn.functional.cosine_similarity(last, last_ref).min()),
+                f"layer_{layers[-1]}_max_abs_diff": float((last - last_ref).abs().max()),
+            }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return {"by_length": rows}
+
+
+def throughput(extractor: Extractor, featureset: FeatureSet, args: argparse.Namespace) -> dict:
+    vocab = int(extractor.loaded.config.vocab_size)
+    out: dict = {}
+    mixes = {}
+    for seed, (mix, (low, high)) in enumerate(MIXES.items()):
+        lengths = lengths_totalling(getattr(args, f"{mix}_tokens"), low, high, seed=10 + seed)
+        items = [(encoded(ids), "bench") for ids in random_ids(lengths, vocab, seed=20 + seed)]
+        packs = plan_packs(lengths, PackPolicy(args.pack_tokens))
+        mixes[mix] = items
+        out[mix] = {
+            "tokens": sum(lengths),
+            "sequences": len(lengths),
+            "packs": len(packs),
+            "fill": sum(lengths) / sum(p.shape for p in packs),
+            "rounds": {name: [] for name in policies(args.pack_tokens)},
+        }
+        for pack in policies(args.pack_tokens).values():  # kernels tuned and compiled untimed, once per shape kind
+            extracted(extractor, items[: args.warmup_sequences], featureset, pack)
+    for round_ in range(args.rounds):
+        for mix, items in mixes.items():
+            names = list(policies(args.pack_tokens).items())
+            for name, pack in names if round_ % 2 == 0 else names[::-1]:
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                for _, pending in extractor.extract_many(items, featureset, Backend.FLA, pack=pack):
+                    pending.wait()
+                torch.cuda.synchronize()
+                tok_s = out[mix]["tokens"] / (time.perf_counter() - start)
+                out[mix]["rounds"][name].append(tok_s)
+                print(f"round {round_} {mix} {name}: {tok_s:.0f} tok/s", flush=True)
+    for mix in mixes:
+        best = {name: max(rounds) for name, rounds in out[mix]["rounds"].items()}
+        out[mix]["best_tok_s"] = best
+        out[mix]["own_rows_vs_earlier_packs"] = best["own-rows packs"] / best["earlier packs"]
+        out[mix]["own_rows_vs_one_per_forward"] = best["own-rows packs"] / best["one per forward"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=64)
+    parser.add_argument("--pack-tokens", type=int, default=16384)
+    parser.add_argument("--short-tokens", type=int, default=100_000)
+    parser.add_argument("--long-tokens", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup-sequences", type=int, default=24)
+    parser.add_argument("--gpu-tests-log", type=Path, help="`pytest -rA` output of the gpu tests, to record")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    record: dict = {**record_header()}
+    started = time.perf_counter()
+    loaded = build_synthetic("cuda", num_layers=args.layers)
+    featureset = FeatureSet.default_for(args.layers)
+    layers = [int(layer) for layer in featureset.layers]
+    record["model"] = {"shape": "Qwen3.5-27B", "layers": args.layers, "featureset": featureset.canonical()}
+    extractor = Extractor(loaded, fuse=True, pack_tokens=args.pack_tokens)
+    record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
+    record["policies"] = {
+        name: (p.describe() if p else "one sequence per forward") for name, p in policies(args.pack_tokens).items()
+    }
+    record["identity"] = identity(extractor, featureset, layers, args.pack_tokens)
+    record["throughput"] = throughput(extractor, featureset, args)
+    print(json.dumps({mix: record["throughput"][mix]["best_tok_s"] for mix in MIXES}), flush=True)
+    short = lengths_totalling(args.short_tokens, *MIXES["short"], seed=10)
+    first = plan_packs(short, PackPolicy(args.pack_tokens))[0]
+    ids = random_ids(short, int(loaded.config.vocab_size), seed=20)
+    pack_items = [(encoded(ids[s.index]), "profile") for s in first.segments]
+    record["profile_one_short_pack"] = profile_pack(extractor, pack_items, featureset)
+    print(json.dumps(record["profile_one_short_pack"]["kernel_share_of_wall"]), flush=True)
+    if args.gpu_tests_log and args.gpu_tests_log.exists():
+        record["gpu_tests_log_tail"] = args.gpu_tests_log.read_text().splitlines()[-40:]
+    record["total_s"] = time.perf_counter() - started
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The one call a trainer holding the target uses to compute features exactly as a stored entry of that model, backend
+and featureset was computed, in its own process, with no service: the model's own forward of the sequence alone
+(`schemas/lean_forward.py`: layer L is decoder layer L's output, the heads in chunks of `HEAD_CHUNK` tokens). The
+service gives every sequence those bits in its packs by construction, so on the GPU type and library versions an
+entry's fingerprint names, the tensors are the stored ones bit for bit (`check_backends` compares them).
+
+    from client import compute_features
+    live = compute_features(model, features.input_ids, features.manifest.featureset)
+    torch.equal(live["hidden_states"].cpu(), features.hidden_states)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from client.errors import MixedBackendsError
+from client.guard import live_backend
+from schemas import fp8
+from schemas.featureset import FeatureSet
+from schemas.lean_forward import capture, chunked_heads
+from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
+
+
+def compute_features(
+    model: Any,
+    input_ids: Sequence[int] | torch.Tensor,
+    featureset: FeatureSet | None = None,
+    backend: str | None = None,
+) -> dict[str, torch.Tensor]:
+    """The tensors a stored entry of `featureset` (the model's default, DFlash's layers, when None) holds for these
+    token ids (prompt then completion), on the model's device, named and typed as stored: `hidden_states` [T, L, H]
+    (float8 beside `hidden_scales` for an fp8 featureset), `input_ids`, and what the featureset takes from the logits.
+    `backend`: the entries' backend, refused (MixedBackendsError) unless this process's kernels run it."""
+    live = live_backend(model)
+    if backend is not None and backend != live:
+        raise MixedBackendsError(
+            f"this process runs the target with {live} kernels; entries of backend {backend} were computed with "
+            "others, so their bits differ"
+        )
+    body = model.model  # the decoder stack: embed_tokens, layers, norm
+    if featureset is None:
+        featureset = FeatureSet.default_for(len(body.layers))
+    device = body.embed_tokens.weight.device
+    ids = torch.as_tensor(input_ids, dtype=torch.long).to(device).reshape(1, -1)
+    with torch.inference_mode():
+        hidden, normed = capture(body, ids, featureset)
+        heads = chunked_heads(model.get_output_embeddings(), normed[0], featureset) if normed is not None else {}
+        out: dict[str, torch.Tensor] = {"input_ids": ids[0].to(torch.int32), **heads}
+        if featureset.dtype == "float8_e4m3fn":
+            out[HIDDEN_STATES], out[HIDDEN_SCALES] = fp8.quantise(hidden[0])
+        else:
+            out[HIDDEN_STATES] = hidden[0]
+    return out

@@ -1,0 +1,134 @@
+"""Inside a pack, every op whose bits can depend on how many rows it runs over runs at each sequence's own rows, laid
+out as the model's own forward of that sequence alone lays them out: so a packed sequence gets that forward's bits.
+
+Why: at the 27B shape cuBLAS picks other kernels for the same rows at another row count (`in_proj_a`/`in_proj_b`
+at every M below 8,192, `k_proj`/`v_proj` at M <= 129, `down_proj` at M <= 200; GPU.md), and a reduction's launch
+shape follows its row count, so packs that ran them over the whole pack gave bits the model's forward of the sequence
+does not, from layer 1 on. What stays packed computes each output element from its own inputs by one function at any
+shape: torch's pointwise kernels and our fused ones on CUDA (proven on every bfloat16 input), views, copies and the
+embedding's gather. Everything else runs here per sequence, on the modules listed in `own_rows_targets` (every linear
+layer, FP8 ones included, and every RMSNorm), or in packing.py (the token mixers). A test traces every aten op of a
+pack and of each sequence's own forward and holds the two equal for every op that is not pointwise, a view or a copy
+(tests/service/extraction/test_own_rows.py).
+
+A sequence's slice of a packed tensor is handed on as it is where its strides are what the op would see alone (up to
+the stride of a size-1 axis, which no kernel reads), and as a copy laid out so otherwise (`alone`). Starts are
+aligned to 64 tokens, so every slice begins at a multiple of 512 bytes from its tensor's start, as a fresh
+allocation of the caching allocator does: kernels that choose by alignment choose alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from service.model.fp8_weights import Fp8Linear
+
+Spans = list[tuple[int, int]]  # each sequence's [start, end) token rows in the pack
+
+
+def alone(part: torch.Tensor, axis: int, tokens: int) -> torch.Tensor:
+    """A sequence's slice `part` of a packed tensor of `tokens` rows (along `axis`) laid out as the same tensor computed
+    for the sequence alone is: an axis laid out outside the token axis (heads before tokens, say) strides over the
+    sequence's rows there, not the pack's. A view where that changes nothing, else a copy so laid out."""
+    rows, step = part.shape[axis], part.stride(axis)
+    strides = [
+        stride // tokens * rows if size > 1 and stride > step and stride % tokens == 0 else stride
+        for size, stride in zip(part.shape, part.stride(), strict=True)
+    ]
+    if strides == list(part.stride()):
+        return part
+    return torch.empty_strided(part.shape, strides, dtype=part.dtype, device=part.device).copy_(part)
+
+
+def token_axis(x: torch.Tensor, tokens: int) -> tuple[int, int]:
+    """(axis, rows per token) of a packed tensor: the first axis whose size is a multiple of the pack's `tokens`,
+    after only size-1 axes ([1, P, H], or [P * heads, d] for a per-head norm)."""
+    for axis, size in enumerate(x.shape):
+        if size >= tokens and size % tokens == 0:
+            return axis, size // tokens
+        if size != 1:
+            break
+    raise ValueError(f"a tensor of shape {tuple(x.shape)} is not one of a pack of {tokens} tokens")
+
+
+def sequence_part(x: torch.Tensor, start: int, end: int, tokens: int) -> torch.Tensor:
+    """Rows [start, end) of a packed tensor, laid out as alone."""
+    axis, per_token = token_axis(x, tokens)
+    return alone(x.narrow(axis, start * per_token, (end - start) * per_token), axis, tokens * per_token)
+
+
+def each_sequence(op: Callable[..., torch.Tensor], spans: Spans, tokens: int, *packed: torch.Tensor) -> torch.Tensor:
+    """`op` once per sequence on its rows of every input, each laid out as alone; the results in one packed tensor
+    (filler rows left unwritten: nothing but row-wise ops ever reads them)."""
+    axis, _ = token_axis(packed[0], tokens)
+    out: torch.Tensor | None = None
+    for start, end in spans:
+        result = op(*(sequence_part(x, start, end, tokens) for x in packed))
+        rows_out = result.shape[axis] // (end - start)
+        if out is None:
+            shape = list(result.shape)
+            shape[axis] = tokens * rows_out
+            out = result.new_empty(shape)
+        out.narrow(axis, start * rows_out, (end - start) * rows_out).copy_(result)
+    assert out is not None, "a pack holds at least one sequence"
+    return out
+
+
+def _linear(module: nn.Linear, spans: Spans, tokens: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """nn.Linear without a bias: `F.linear` of a [1, T, K] input is `mm` of its [T, K] rows (torch folds it), so each
+    sequence's `mm` writes straight into its rows of the packed output (`mm`'s out form runs the same kernel)."""
+    weight_t = module.weight.t()
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if module.bias is not None or x.dim() != 3 or x.shape[:2] != (1, tokens) or not x.is_contiguous():
+            return each_sequence(lambda part: nn.Linear.forward(module, part), spans, tokens, x)
+        out = x.new_empty((*x.shape[:-1], weight_t.shape[1]))
+        rows, out_rows = x[0], out[0]
+        for start, end in spans:
+            torch.mm(rows[start:end], weight_t, out=out_rows[start:end])
+        return out
+
+    return forward
+
+
+def _per_sequence(forward: Callable[..., Any], spans: Spans, tokens: int) -> Callable[..., Any]:
+    def run(*inputs: torch.Tensor) -> torch.Tensor:
+        return each_sequence(forward, spans, tokens, *inputs)
+
+    return run
+
+
+def _is_norm(module: nn.Module) -> bool:
+    name = type(module).__name__
+    return name.endswith(("RMSNorm", "RMSNormGated"))
+
+
+def own_rows_targets(body: nn.Module) -> list[nn.Module]:
+    """The modules of a decoder body (embeddings, layers, final norm) whose bits can depend on their row count."""
+    return [m for m in body.modules() if isinstance(m, (nn.Linear, Fp8Linear)) or _is_norm(m)]
+
+
+@contextlib.contextmanager
+def own_rows(body: nn.Module, spans: Spans, tokens: int) -> Iterator[None]:
+    """While the block runs, each of `body`'s row-count-dependent modules runs once per sequence of a pack of `tokens`
+    positions, through whatever forward it has now (a fused one included)."""
+    targets = own_rows_targets(body)
+    saved = [(module, module.__dict__.get("forward")) for module in targets]
+    try:
+        for module in targets:
+            if type(module) is nn.Linear:
+                module.forward = _linear(module, spans, tokens)
+            else:
+                module.forward = _per_sequence(module.forward, spans, tokens)
+        yield
+    finally:
+        for module, forward in saved:
+            if forward is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = forward

@@ -1,0 +1,103 @@
+"""Packs give each sequence the bits of the model's own forward of it by construction: every aten op a pack runs that
+is not pointwise, a view or a copy is called exactly as the one-sequence forwards of its sequences call it (the same
+op, shapes, strides up to size-1 axes, and dtypes), as often, and the pack calls no other. This is about shapes, not
+bits, so it holds on any host; where the kernels are deterministic for a shape, equal bits follow (tests/gpu holds
+the bits themselves at the 27B shape, which Triton's kernels, invisible here, take part in too).
+
+An earlier release's packs, which ran the linear layers and norms over the whole pack, fail the same comparison."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from schemas.backend import Backend
+from schemas.batching import PackPolicy
+from schemas.featureset import FeatureSet
+from service.extraction.bit_checks import TokenSequence
+from service.extraction.extractor import Extractor
+from service.extraction.packing import plan_packs
+from service.model.loader import LoadedModel
+
+EVERY_LAYER = FeatureSet(layers=["embed", *range(8), "final_norm"])
+# Ops that move or make values without arithmetic whose result could depend on a shape (the embedding is a gather)
+COPIES = frozenset(
+    {
+        "_to_copy", "copy_", "clone", "cat", "stack", "embedding", "index_select", "empty", "empty_like",
+        "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like", "new_zeros", "full", "fill_",
+        "zero_", "ones", "ones_like", "arange", "lift_fresh", "_unsafe_view", "triu", "masked_fill", "detach",
+    }
+)  # fmt: skip
+
+
+def _depends_on_rows(func: Any, args: tuple) -> bool:
+    if torch.Tag.pointwise in func.tags or func.overloadpacket.__name__ in COPIES:
+        return False
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if tensors and not any(t.is_floating_point() for t in tensors):
+        return False  # integers and booleans (a mask's positions) are exact at any shape
+    schema = func._schema
+    is_view = not schema.is_mutable and any(ret.alias_info is not None for ret in schema.returns)
+    return not is_view
+
+
+def _described(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        strides = tuple(stride if size > 1 else 0 for size, stride in zip(value.shape, value.stride(), strict=True))
+        return (tuple(value.shape), strides, value.dtype)
+    if isinstance(value, (list, tuple)):
+        return tuple(_described(v) for v in value)
+    return repr(value)
+
+
+class RowDependentOps(TorchDispatchMode):
+    """Counts every call of an op whose result can depend on its shape, by op and described arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if _depends_on_rows(func, args):
+            given = {name: value for name, value in kwargs.items() if name != "out"}  # mm's out form is mm
+            self.calls[(func.overloadpacket.__name__, _described(args), _described(sorted(given.items())))] += 1
+        return func(*args, **kwargs)
+
+
+def _sequences(lengths: list[int]) -> list[TokenSequence]:
+    generator = torch.Generator().manual_seed(sum(lengths))
+    return [TokenSequence(torch.randint(0, 250, (n,), generator=generator).tolist(), n, None) for n in lengths]
+
+
+def _traced(loaded: LoadedModel, run: Any) -> Counter:
+    # no_grad, not inference_mode: under inference_mode a dispatch mode sees composite ops (linear, matmul) before
+    # they decompose into the ops that run (mm), where the product's per-sequence GEMMs are seen as what they are
+    with torch.no_grad(), loaded.kernels.running(Backend.TORCH), RowDependentOps() as ops:
+        run()
+    return ops.calls
+
+
+@pytest.mark.parametrize("own_rows", [True, False], ids=["own-rows packs", "an earlier release's packs"])
+def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards(
+    tiny_loaded: LoadedModel, own_rows: bool
+) -> None:
+    extractor = Extractor(tiny_loaded, fuse=False)
+    policy = PackPolicy(tokens=256, align=16, own_rows=own_rows)
+    sequences = _sequences([120, 70, 30, 9])
+    (pack,) = plan_packs([len(s.ids) for s in sequences], policy)
+    packed = _traced(
+        tiny_loaded, lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, None, policy, Backend.TORCH)
+    )
+    alone: Counter = Counter()
+    for seq in sequences:
+        alone += _traced(tiny_loaded, lambda seq=seq: extractor._forward(seq, EVERY_LAYER, None))
+    assert alone and any(name == "mm" for name, *_ in alone)  # the linear layers are among what is compared
+    if own_rows:
+        assert packed == alone, {"only in the pack": packed - alone, "only alone": alone - packed}
+    else:
+        assert packed != alone  # what the earlier packs did: GEMMs and norms over all 256 rows
