@@ -1,5 +1,5 @@
 """The GPU path (marked gpu, skipped without CUDA + fla + causal-conv1d): all three backends on one host, each
-manifest naming the kernels that ran, compare, the causal-conv1d-less host, the layer convention and batching bits.
+manifest naming the kernels that ran, compare, the causal-conv1d-less host, the layer convention, and packs' bits.
 Run on the device with: python -m pytest -m gpu tests/gpu"""
 
 from __future__ import annotations
@@ -108,33 +108,20 @@ def test_without_causal_conv1d_fla_is_refused_and_auto_is_fla_noconv(gpu_model_d
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
 
 
-def test_audit_verdicts_on_gpu_match_one_by_one_extraction(gpu_settings: Settings) -> None:
-    """One sequence per forward reproduces bit for bit; right-padded batches are judged by the audit, and its verdict
-    for each entry matches an independent one-by-one extraction (on the H200 batching changed bits: measured in
-    benchmarks/results/extract-h200.json, hence batching is off by default)."""
+def test_one_by_one_and_packed_extraction_store_the_same_bits_and_audit_on_gpu(gpu_settings: Settings) -> None:
+    """One sequence per forward and packs are one computation: the same content hashes, and both audit."""
     from schemas.api import ExtractRequest
     from service.main import build_services
 
     samples = [{"token_ids": [(7 * i + n) % 1000 + 5 for i in range(n)]} for n in (17, 300, 1024, 1023, 64, 2048)]
-    featureset = FeatureSet(layers=[1, 3, 5])
-    one = {"data_dir": gpu_settings.data_dir / "single", "pack_tokens": 0}  # the right-padded policy's test
-    single = build_services(gpu_settings.model_copy(update=one))
-    single_hashes = [
-        r.manifest.content_hash
-        for r in single.writer.extract(ExtractRequest(samples=samples, featureset=featureset, backend="fla")).results
-    ]
-    report = single.auditor.audit(len(samples))
-    assert (report.total, report.reproduced) == (len(samples), len(samples))
-
-    batched = build_services(
-        gpu_settings.model_copy(
-            update={"data_dir": gpu_settings.data_dir / "batched", "batch_tokens": 8192, "pack_tokens": 0}
+    request = ExtractRequest(samples=samples, featureset=FeatureSet(layers=[1, 3, 5]), backend="fla")
+    hashes = []
+    for name, pack_tokens in (("single", 0), ("packed", 8192)):
+        services = build_services(
+            gpu_settings.model_copy(update={"data_dir": gpu_settings.data_dir / name, "pack_tokens": pack_tokens})
         )
-    )
-    batched_hashes = [
-        r.manifest.content_hash
-        for r in batched.writer.extract(ExtractRequest(samples=samples, featureset=featureset, backend="fla")).results
-    ]
-    verdicts = {r.content_hash: r.reproduced for r in batched.auditor.audit(len(samples)).results}
-    for one, together in zip(single_hashes, batched_hashes, strict=True):
-        assert verdicts[together] == (one == together)
+        hashes.append([r.manifest.content_hash for r in services.writer.extract(request).results])
+        report = services.auditor.audit(len(samples))
+        assert (report.total, report.reproduced) == (len(samples), len(samples))
+        services.close()
+    assert hashes[0] == hashes[1]
