@@ -147,8 +147,13 @@ def main() -> None:
     record["policies"] = {
         name: (p.describe() if p else "one sequence per forward") for name, p in policies(args.pack_tokens).items()
     }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.gpu_tests_log and args.gpu_tests_log.exists():
+        record["gpu_tests_log_tail"] = args.gpu_tests_log.read_text().splitlines()[-40:]
     record["identity"] = identity(extractor, featureset, layers, args.pack_tokens)
+    args.out.write_text(json.dumps(record, indent=2))  # each part as it ends: a run cut short keeps what it measured
     record["throughput"] = throughput(extractor, featureset, args)
+    args.out.write_text(json.dumps(record, indent=2))
     print(json.dumps({mix: record["throughput"][mix]["best_tok_s"] for mix in MIXES}), flush=True)
     short = lengths_totalling(args.short_tokens, *MIXES["short"], seed=10)
     first = plan_packs(short, PackPolicy(args.pack_tokens))[0]
@@ -156,10 +161,7 @@ def main() -> None:
     pack_items = [(encoded(ids[s.index]), "profile") for s in first.segments]
     record["profile_one_short_pack"] = profile_pack(extractor, pack_items, featureset)
     print(json.dumps(record["profile_one_short_pack"]["kernel_share_of_wall"]), flush=True)
-    if args.gpu_tests_log and args.gpu_tests_log.exists():
-        record["gpu_tests_log_tail"] = args.gpu_tests_log.read_text().splitlines()[-40:]
     record["total_s"] = time.perf_counter() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2))
 
 

@@ -23,7 +23,7 @@ from schemas.featureset import FeatureSet
 from schemas.lean_forward import capture, chunked_heads
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 from service.extraction.bit_checks import BitChecks, TokenSequence
-from service.extraction.own_rows import own_rows
+from service.extraction.own_rows import PackRows, own_rows
 from service.extraction.packing import Pack, pack_inputs, per_sequence, plan_packs
 from service.extraction.results import Extraction, Labels, PendingExtraction
 from service.extraction.stats import layer_summary
@@ -173,11 +173,11 @@ class Extractor:
         """[1, shape, n_layers, H] hidden states of one pack, and the final norm's output when logits are needed."""
         inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self._copy_stream is not None)
         ids = inputs.pop("input_ids")
-        spans = [(s.start, s.start + s.length) for s in pack.segments]
+        rows = PackRows([(s.start, s.start + s.length) for s in pack.segments], pack.shape) if policy.own_rows else None
         rule_over_pack = not policy.own_rows and RULE in SPECS[backend].fast  # an earlier release's fla packs
         with (
-            fused.applied() if fused is not None else contextlib.nullcontext(),
-            own_rows(self.loaded.body, spans, pack.shape) if policy.own_rows else contextlib.nullcontext(),
+            fused.applied(rows) if fused is not None else contextlib.nullcontext(),
+            own_rows(self.loaded.body, rows, fused) if rows is not None else contextlib.nullcontext(),
             per_sequence(self.loaded.kernels.module, pack, policy, rule_over_pack),
         ):
             return capture(self.loaded.body, ids, featureset, **inputs)

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from service.model.fp8_weights import Fp8Linear
+from service.model.fused import FusedForwards
 
 Spans = list[tuple[int, int]]  # each sequence's [start, end) token rows in the pack
 
@@ -62,43 +63,60 @@ def sequence_part(x: torch.Tensor, start: int, end: int, tokens: int) -> torch.T
     return alone(x.narrow(axis, start * per_token, (end - start) * per_token), axis, tokens * per_token)
 
 
-def each_sequence(op: Callable[..., torch.Tensor], spans: Spans, tokens: int, *packed: torch.Tensor) -> torch.Tensor:
-    """`op` once per sequence on its rows of every input, each laid out as alone; the results in one packed tensor
-    (filler rows left unwritten: nothing but row-wise ops ever reads them)."""
-    axis, _ = token_axis(packed[0], tokens)
-    out: torch.Tensor | None = None
-    for start, end in spans:
-        result = op(*(sequence_part(x, start, end, tokens) for x in packed))
-        rows_out = result.shape[axis] // (end - start)
-        if out is None:
-            shape = list(result.shape)
-            shape[axis] = tokens * rows_out
-            out = result.new_empty(shape)
-        out.narrow(axis, start * rows_out, (end - start) * rows_out).copy_(result)
-    assert out is not None, "a pack holds at least one sequence"
-    return out
+class PackRows:
+    """A pack's sequences as rows: what runs once per sequence, at its own rows (the fused forwards' `Rows`)."""
+
+    def __init__(self, spans: Spans, tokens: int) -> None:
+        self.spans = spans
+        self.tokens = tokens
+
+    def each(self, op: Callable[..., torch.Tensor], *packed: torch.Tensor) -> torch.Tensor:
+        """`op` once per sequence on its rows of every input, each laid out as alone; the results in one packed
+        tensor (filler rows left unwritten: nothing but row-wise ops ever reads them)."""
+        axis, _ = token_axis(packed[0], self.tokens)
+        out: torch.Tensor | None = None
+        for start, end in self.spans:
+            result = op(*(sequence_part(x, start, end, self.tokens) for x in packed))
+            rows_out = result.shape[axis] // (end - start)
+            if out is None:
+                shape = list(result.shape)
+                shape[axis] = self.tokens * rows_out
+                out = result.new_empty(shape)
+            out.narrow(axis, start * rows_out, (end - start) * rows_out).copy_(result)
+        assert out is not None, "a pack holds at least one sequence"
+        return out
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """`x.mean(-1, keepdim=True)` of each sequence's rows at those rows alone, straight into its rows of the
+        packed result (`mean`'s out form is the same kernel)."""
+        axis, per_token = token_axis(x, self.tokens)
+        out = x.new_empty((*x.shape[:-1], 1))
+        for start, end in self.spans:
+            rows = slice(start * per_token, end * per_token)
+            part = alone(x.narrow(axis, rows.start, rows.stop - rows.start), axis, self.tokens * per_token)
+            torch.mean(part, -1, keepdim=True, out=out.narrow(axis, rows.start, rows.stop - rows.start))
+        return out
 
 
-def _linear(module: nn.Linear, spans: Spans, tokens: int) -> Callable[[torch.Tensor], torch.Tensor]:
+def _linear(module: nn.Linear, rows: PackRows) -> Callable[[torch.Tensor], torch.Tensor]:
     """nn.Linear without a bias: `F.linear` of a [1, T, K] input is `mm` of its [T, K] rows (torch folds it), so each
     sequence's `mm` writes straight into its rows of the packed output (`mm`'s out form runs the same kernel)."""
     weight_t = module.weight.t()
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        if module.bias is not None or x.dim() != 3 or x.shape[:2] != (1, tokens) or not x.is_contiguous():
-            return each_sequence(lambda part: nn.Linear.forward(module, part), spans, tokens, x)
+        if module.bias is not None or x.dim() != 3 or x.shape[:2] != (1, rows.tokens) or not x.is_contiguous():
+            return rows.each(lambda part: nn.Linear.forward(module, part), x)
         out = x.new_empty((*x.shape[:-1], weight_t.shape[1]))
-        rows, out_rows = x[0], out[0]
-        for start, end in spans:
-            torch.mm(rows[start:end], weight_t, out=out_rows[start:end])
+        for start, end in rows.spans:
+            torch.mm(x[0, start:end], weight_t, out=out[0, start:end])
         return out
 
     return forward
 
 
-def _per_sequence(forward: Callable[..., Any], spans: Spans, tokens: int) -> Callable[..., Any]:
+def _per_sequence(forward: Callable[..., Any], rows: PackRows) -> Callable[..., Any]:
     def run(*inputs: torch.Tensor) -> torch.Tensor:
-        return each_sequence(forward, spans, tokens, *inputs)
+        return rows.each(forward, *inputs)
 
     return run
 
@@ -114,17 +132,18 @@ def own_rows_targets(body: nn.Module) -> list[nn.Module]:
 
 
 @contextlib.contextmanager
-def own_rows(body: nn.Module, spans: Spans, tokens: int) -> Iterator[None]:
-    """While the block runs, each of `body`'s row-count-dependent modules runs once per sequence of a pack of `tokens`
-    positions, through whatever forward it has now (a fused one included)."""
-    targets = own_rows_targets(body)
+def own_rows(body: nn.Module, rows: PackRows, fused: FusedForwards | None) -> Iterator[None]:
+    """While the block runs, each of `body`'s row-count-dependent modules runs once per sequence of the pack `rows`
+    describes: linear layers here, norms here too unless `fused` gives them forwards that take the pack's rows
+    themselves (their square and tail pointwise over the pack, only the mean per sequence)."""
+    targets = [m for m in own_rows_targets(body) if fused is None or not fused.replaces(m)]
     saved = [(module, module.__dict__.get("forward")) for module in targets]
     try:
         for module in targets:
             if type(module) is nn.Linear:
-                module.forward = _linear(module, spans, tokens)
+                module.forward = _linear(module, rows)
             else:
-                module.forward = _per_sequence(module.forward, spans, tokens)
+                module.forward = _per_sequence(module.forward, rows)
         yield
     finally:
         for module, forward in saved:

@@ -18,7 +18,7 @@ import logging
 import sys
 import types
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -29,6 +29,28 @@ log = logging.getLogger("hsstore.fused")
 EAGER = "eager"
 FUSED = "hsstore-fused-elementwise-v2 (bit-equal to eager, probed on this device)"
 _MAX_ELEMENTS = 2**31 - 1
+
+
+class Rows(Protocol):
+    """A pack's sequences, for an op whose bits can depend on its row count (service/extraction/own_rows.py)."""
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """`x.mean(-1, keepdim=True)` of each sequence's rows, computed at those rows alone."""
+        ...
+
+    def each(self, op: Callable[..., torch.Tensor], *packed: torch.Tensor) -> torch.Tensor:
+        """`op` once per sequence on its rows of every input."""
+        ...
+
+
+class Whole:
+    """Outside a pack: every op over all its rows, as the model's forward runs it."""
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(-1, keepdim=True)
+
+    def each(self, op: Callable[..., torch.Tensor], *packed: torch.Tensor) -> torch.Tensor:
+        return op(*packed)
 
 
 def _kernels() -> Any | None:
@@ -54,33 +76,39 @@ def _weight_version(weight: torch.Tensor) -> tuple[int, int] | None:
         return None
 
 
-def _rms_norm(kernels: Any) -> Callable[[Any, torch.Tensor], torch.Tensor]:
-    cached: dict[str, Any] = {}  # this module's `1 + w` in float32, until its weight changes
+# Each RMSNorm's `1 + w` in float32 with the weight version it was made from, by module id (FusedForwards owns it)
+Scales = dict[int, tuple[tuple[int, int] | None, torch.Tensor]]
+
+
+def _rms_norm(kernels: Any, rows: Rows, scales: Scales) -> Callable[[Any, torch.Tensor], torch.Tensor]:
 
     def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
         if not _bfloat16_in_range(x) or row_stride(x) is None or module.weight.dtype != torch.bfloat16:
-            return type(module).forward(module, x)
+            return rows.each(lambda part: type(module).forward(module, part), x)
         # The eager module, step for step: x.float().pow(2).mean(-1) + eps, rsqrt; then (x * r) * (1 + w).
         # `1 + w` is the same torch op on the same weight at every call: computed once, it saves two launches.
         version = _weight_version(module.weight)
-        if version is None or cached.get("version") != version:
-            cached["version"], cached["scale"] = version, 1.0 + module.weight.float()
-        return kernels.rms_tail(x, kernels.square(x).mean(-1, keepdim=True), module.eps, cached["scale"])
+        found = scales.get(id(module))
+        if version is None or found is None or found[0] != version:
+            scales[id(module)] = found = (version, 1.0 + module.weight.float())
+        # The square and the tail are pointwise; the mean, a reduction, runs at each sequence's own rows in a pack
+        return kernels.rms_tail(x, rows.mean(kernels.square(x)), module.eps, found[1])
 
     return forward
 
 
-def _gated_norm(kernels: Any) -> Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]:
+def _gated_norm(kernels: Any, rows: Rows, _: Scales) -> Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]:
     def forward(module: Any, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         if not _fusable(x, gate, module.weight) or module.activation != "silu" or gate.shape != x.shape:
-            return type(module).forward(module, x, gate)
-        variance = kernels.square(x).mean(-1, keepdim=True)
+            return rows.each(lambda *parts: type(module).forward(module, *parts), x, gate)
+        variance = rows.mean(kernels.square(x))
         return kernels.gated_tail(x, variance, module.variance_epsilon, module.weight, gate)
 
     return forward
 
 
-def _mlp(kernels: Any) -> Callable[[Any, torch.Tensor], torch.Tensor]:
+def _mlp(kernels: Any, _rows: Rows, _: Scales) -> Callable[[Any, torch.Tensor], torch.Tensor]:
+    # nothing here reduces: its linear layers run at a pack's rows themselves (own_rows.py), the rest is pointwise
     def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
         gate, up = module.gate_proj(x), module.up_proj(x)
         if not _fusable(gate, up) or module.config.hidden_act != "silu":
@@ -95,14 +123,14 @@ class FusedForwards:
 
     def __init__(self, model: Any, kernels: Any) -> None:
         modeling = sys.modules[type(model).__module__]
-        factories: dict[type, Callable[[Any], Callable[..., torch.Tensor]]] = {}
+        self._factories: dict[type, Callable[[Any, Rows, Scales], Callable[..., torch.Tensor]]] = {}
         for class_name, factory in (("RMSNorm", _rms_norm), ("RMSNormGated", _gated_norm), ("MLP", _mlp)):
             cls = next((c for n, c in vars(modeling).items() if n.endswith(class_name) and "Vision" not in n), None)
             if isinstance(cls, type):
-                factories[cls] = factory
-        self._targets = [
-            (module, factories[type(module)](kernels)) for module in model.modules() if type(module) in factories
-        ]
+                self._factories[cls] = factory
+        self._kernels = kernels
+        self._scales: Scales = {}
+        self._modules = [module for module in model.modules() if type(module) in self._factories]
 
     @classmethod
     def for_model(cls, model: Any, device: torch.device) -> FusedForwards | None:
@@ -119,17 +147,26 @@ class FusedForwards:
 
     def epsilons(self) -> set[float]:
         """The norms' epsilons, each of which the device check covers."""
-        found = (getattr(module, "eps", getattr(module, "variance_epsilon", None)) for module, _ in self._targets)
+        found = (getattr(module, "eps", getattr(module, "variance_epsilon", None)) for module in self._modules)
         return {float(eps) for eps in found if eps is not None}
 
+    def replaces(self, module: Any) -> bool:
+        """Whether `applied` gives `module` a fused forward (which then runs at a pack's rows itself)."""
+        return type(module) in self._factories
+
     @contextlib.contextmanager
-    def applied(self) -> Iterator[None]:
+    def applied(self, rows: Rows | None = None) -> Iterator[None]:
+        """The fused forwards while the block runs; `rows`: a pack's sequences, at whose own rows every reduction
+        (and every eager fallback) runs."""
+        forwards = {
+            id(cls): factory(self._kernels, rows or Whole(), self._scales) for cls, factory in self._factories.items()
+        }
         try:
-            for module, forward in self._targets:
-                module.forward = types.MethodType(forward, module)
+            for module in self._modules:
+                module.forward = types.MethodType(forwards[id(type(module))], module)
             yield
         finally:
-            for module, _ in self._targets:
+            for module in self._modules:
                 module.__dict__.pop("forward", None)
 
 

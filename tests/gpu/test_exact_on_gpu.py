@@ -67,7 +67,7 @@ def _stored(services: Any, backend: Backend) -> list[dict[str, torch.Tensor]]:
     request = ExtractRequest(samples=[{"token_ids": ids} for ids in SEQUENCES], featureset=FEATURES, backend=backend)
     results = services.writer.extract(request).results
     assert {r.manifest.fingerprint.batching for r in results} == {services.models.extractor().pack_policy.describe()}
-    return [{t.name: to_torch(t) for t in services.reader.read(r.manifest).tensors} for r in results]
+    return [{n: to_torch(t) for n, t in services.reader.read(r.manifest).tensors.items()} for r in results]
 
 
 def _assert_model_own_forward(loaded: LoadedModel, services: Any, backend: Backend) -> list[dict[str, torch.Tensor]]:

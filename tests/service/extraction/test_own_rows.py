@@ -21,7 +21,9 @@ from schemas.featureset import FeatureSet
 from service.extraction.bit_checks import TokenSequence
 from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
+from service.model.fused import FusedForwards
 from service.model.loader import LoadedModel
+from tests.service.model.test_fused import CountingReferenceKernels
 
 EVERY_LAYER = FeatureSet(layers=["embed", *range(8), "final_norm"])
 # Ops that move or make values without arithmetic whose result could depend on a shape (the embedding is a gather)
@@ -82,20 +84,24 @@ def _traced(loaded: LoadedModel, run: Any) -> Counter:
     return ops.calls
 
 
+@pytest.mark.parametrize("fuse", [False, True], ids=["eager", "fused forwards"])
 @pytest.mark.parametrize("own_rows", [True, False], ids=["own-rows packs", "an earlier release's packs"])
 def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards(
-    tiny_loaded: LoadedModel, own_rows: bool
+    tiny_loaded: LoadedModel, own_rows: bool, fuse: bool
 ) -> None:
+    """With the fused forwards too (their Triton kernels' arithmetic as torch ops, so the CPU runs them): their
+    square and tail run over the pack, their mean per sequence."""
     extractor = Extractor(tiny_loaded, fuse=False)
+    fused = FusedForwards(tiny_loaded.model, CountingReferenceKernels()) if fuse else None
     policy = PackPolicy(tokens=256, align=16, own_rows=own_rows)
     sequences = _sequences([120, 70, 30, 9])
     (pack,) = plan_packs([len(s.ids) for s in sequences], policy)
     packed = _traced(
-        tiny_loaded, lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, None, policy, Backend.TORCH)
+        tiny_loaded, lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, fused, policy, Backend.TORCH)
     )
     alone: Counter = Counter()
     for seq in sequences:
-        alone += _traced(tiny_loaded, lambda seq=seq: extractor._forward(seq, EVERY_LAYER, None))
+        alone += _traced(tiny_loaded, lambda seq=seq: extractor._forward(seq, EVERY_LAYER, fused))
     assert alone and any(name == "mm" for name, *_ in alone)  # the linear layers are among what is compared
     if own_rows:
         assert packed == alone, {"only in the pack": packed - alone, "only alone": alone - packed}
