@@ -37,7 +37,8 @@ from client.errors import (
     WindowClosedError,
 )
 from client.features import Features
-from client.guard import check_backends, live_backend
+from client.guard import check_backends
+from client.live import live_backend
 from client.teacher import TopK, kl_to_student, student_log_probs
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from client.errors import MixedBackendsError
-from client.guard import live_backend
+from client.live import live_backend
 from schemas import fp8
 from schemas.featureset import FeatureSet
 from schemas.lean_forward import capture, chunked_heads

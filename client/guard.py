@@ -13,23 +13,13 @@ other library versions), before a mix happens.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from typing import Any
 
 from client.errors import MixedBackendsError
 from client.features import Features
-from schemas.kernel_binding import bound_backend
+from client.live import live_backend
 from schemas.manifest import HIDDEN_STATES, Manifest
-
-
-def live_backend(model: Any, device_type: str | None = None) -> str:
-    """The backend a forward of `model` runs in this process as transformers bound its kernels (`fla`,
-    `fla-noconv` or `torch`); `device_type` defaults to where the model's weights are."""
-    module = sys.modules[type(model).__module__]
-    if device_type is None:
-        device_type = next(model.parameters()).device.type
-    return bound_backend(module, device_type).value
 
 
 def check_backends(
