@@ -1,5 +1,6 @@
-"""Fixed-shape packs: the planner's layout, a sample's bits independent of its neighbours, features that are the
-model's (positions restart, nothing leaks across sequences), and audits that reproduce packed entries alone.
+"""Packs: the planner's layout, a sample's bits independent of its neighbours, features that are the model's
+(positions restart, nothing leaks across sequences), and audits that reproduce packed entries alone, an earlier
+release's packs' too. That packs run what each sequence's own forward runs is test_own_rows.py's.
 
 The CPU never packs in the product (a development device), so these tests force it. What they assert of the bits
 holds on any CPU: at one offset, neighbours change nothing, since every row-wise kernel computes a row from that row
@@ -103,4 +104,23 @@ def test_the_cpu_never_packs_unless_forced(settings: Settings, tiny_loaded: Load
     services = build_services(settings, tiny_loaded)  # the default pack_tokens is on: CUDA only
     result = services.writer.extract(ExtractRequest(samples=[{"text": "x = 1"}])).results[0]
     assert result.manifest.fingerprint.batching == "one sequence per forward, no padding"
+    services.close()
+
+
+@pytest.mark.usefixtures("cpu_packs")
+def test_entries_of_an_earlier_releases_packs_still_audit_under_their_own_policy(
+    settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries written by the fixed-shape packs (GEMMs over the whole pack) name that policy; the audit re-extracts
+    them under it, so they keep reproducing, while new entries are the model's own forward."""
+    earlier = PackPolicy(POLICY.tokens, POLICY.align, own_rows=False)
+    services = build_services(settings.model_copy(update={"pack_tokens": POLICY.tokens}), tiny_loaded)
+    samples = [{"text": "def merge(a, b): return sorted(a + b) " * (i + 1)} for i in range(4)]
+    with monkeypatch.context() as patched:  # what that release's service ran
+        patched.setattr(Extractor, "pack_policy", property(lambda self: earlier))
+        results = services.writer.extract(ExtractRequest(samples=samples, featureset=EVERY_LAYER)).results
+    assert {r.manifest.fingerprint.batching for r in results} == {earlier.describe()}
+    assert not any(r.manifest.fingerprint.own_forward() for r in results)
+    report = services.auditor.audit(4)
+    assert (report.total, report.reproduced) == (4, 4)
     services.close()
