@@ -113,9 +113,12 @@ class ServiceCalls:
         params = {**key.params(), "a": a, "b": b, "extract": extract}
         return self._transport.call(CompareReport, "GET", f"/v1/compare/{key.prompt_hash}", params=params)
 
-    def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
-        """Re-extract `sample` stored entries and report which reproduce their content hash bit for bit."""
-        body = AuditRequest(sample=sample, backend=backend, seed=seed).model_dump(mode="json")
+    def audit(
+        self, sample: int, backend: str | None = None, seed: int | None = None, imports: bool = False
+    ) -> AuditReport:
+        """Re-extract `sample` stored entries and report which reproduce their content hash bit for bit; `imports`:
+        spot-check imported entries never checked against the model (or suspect) instead."""
+        body = AuditRequest(sample=sample, backend=backend, seed=seed, imports=imports).model_dump(mode="json")
         return self._transport.call(AuditReport, "POST", "/v1/audit", json=body)
 
     # -- extracting, warm jobs and windows -----------------------------------------------------------------------

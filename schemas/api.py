@@ -110,6 +110,11 @@ class AuditRequest(BaseModel):
     sample: JsonInt = Field(ge=1, le=100_000, description="how many stored entries to re-extract")
     backend: StoredBackend | None = None
     seed: JsonInt | None = None
+    imports: JsonBool = Field(
+        default=False,
+        description="check imported entries instead: those never checked against the model, or suspect, each by the "
+        "import spot check (the model's own features for its first tokens must agree)",
+    )
 
 
 class AuditResult(BaseModel):
@@ -118,8 +123,9 @@ class AuditResult(BaseModel):
     featureset_id: str
     content_hash: str
     stored: Integrity = Integrity.INTACT  # the stored bytes, read and checked before re-extracting
-    reproduced: bool
-    reproduced_hash: str
+    reproduced: bool  # an import: its features agree with the model's
+    reproduced_hash: str | None = None  # an extracted entry's re-extraction
+    detail: str | None = None  # an import's per-layer agreement
 
 
 class VerifyResult(BaseModel):
@@ -229,6 +235,15 @@ class ImportRequest(BaseModel):
     content_hash: str = Field(json_schema_extra={"pattern": CONTENT_HASH.pattern})
     prompt_tokens: int = Field(ge=1)
     completion_source: CompletionSource | None = None
+    run: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="the import run this entry belongs to (`hsstore import` makes one per invocation): its first "
+        "imports are spot-checked against the model, and once one fails the rest are checked one by one and what the "
+        "run stored before is marked suspect",
+    )
 
     _model_revision = field_validator("model_revision")(lambda value: check_model_revision(value))
     _content_hash = field_validator("content_hash")(lambda value: check_content_hash(value))

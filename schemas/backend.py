@@ -112,6 +112,9 @@ class Fingerprint(BaseModel):
     # `backend_stated` is set when the importer named the backend rather than leaving it `unknown`.
     imported_from: str | None = None
     backend_stated: bool = False
+    import_run: str | None = (
+        None  # the import run that stored it (`ImportRequest.run`): a failed check marks its entries
+    )
 
     def own_forward(self) -> bool:
         """Whether the bits are the model's own forward of the sequence alone, the computation a key names (not so
@@ -119,7 +122,7 @@ class Fingerprint(BaseModel):
         return own_forward(self.batching)
 
     @classmethod
-    def of_import(cls, source: str, backend_stated: bool) -> Fingerprint:
+    def of_import(cls, source: str, backend_stated: bool, run: str | None = None) -> Fingerprint:
         unknown = "unknown"
         return cls(
             torch=unknown,
@@ -133,4 +136,5 @@ class Fingerprint(BaseModel):
             device_map=unknown,
             imported_from=source,
             backend_stated=backend_stated,
+            import_run=run,
         )

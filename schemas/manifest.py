@@ -11,7 +11,7 @@ from schemas.backend import Fingerprint
 from schemas.chunks import ChunkDigests
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryKey, FeatureKey
-from schemas.states import AuditStatus, CompletionSource, Integrity
+from schemas.states import SUSPECT_AUDITS, AuditStatus, CompletionSource, Integrity
 
 SCHEMA_VERSION = 1
 HIDDEN_STATES = "hidden_states"  # [T, n_layers, H]: axis 1 holds the featureset's layers
@@ -42,14 +42,16 @@ class LayerStats(BaseModel):
 
 
 class AuditRecord(BaseModel):
-    """The last re-extraction of this version: did it reproduce the content hash bit for bit?"""
+    """The last check of this version against the model (`AuditStatus`): for an extracted one, did its re-extraction
+    reproduce the content hash bit for bit; for an import, did the model's own features agree with it."""
 
     model_config = ConfigDict(frozen=True)
 
     status: AuditStatus
     audited_at: str
-    reproduced_hash: str
-    fingerprint: Fingerprint
+    reproduced_hash: str | None = None  # an extracted version's re-extraction
+    fingerprint: Fingerprint | None = None  # what ran for the check (none for a suspect import, never checked)
+    detail: str | None = None  # an import's: the per-layer agreement, or the failed check that made it suspect
 
 
 def document_name(document: bytes) -> str:
@@ -98,6 +100,11 @@ class Manifest(BaseModel):
     @property
     def key(self) -> EntryKey:
         return EntryKey(self.prompt_hash, self.model_revision, self.backend, self.featureset_id)
+
+    @property
+    def suspect(self) -> bool:
+        """An import found wrong, suspect by its run, or never vetted (`hsstore health` lists it)."""
+        return self.audit is not None and self.audit.status in SUSPECT_AUDITS
 
     @property
     def corrupt(self) -> bool:

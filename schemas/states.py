@@ -26,8 +26,19 @@ class ItemState(StrEnum):
 
 
 class AuditStatus(StrEnum):
+    """The last check of a version against the model: an extracted one re-extracted bit for bit, an imported one's
+    first tokens against the model's own features (the spot check), or none yet for an import whose run failed one."""
+
     REPRODUCED = "reproduced"
     MISMATCH = "mismatch"
+    AGREES = "agrees"  # an import: the model's own features agree with it, layer by layer
+    DISAGREES = "disagrees"  # an import: they do not (shifted by a token, another request's, another model's)
+    SUSPECT = "suspect"  # an import not checked, stored by an import run whose spot check failed later
+    UNCHECKED = "unchecked"  # an import due a spot check that could not run (no weights loaded then)
+
+
+# imports `hsstore health` lists: found wrong, suspect by their run, or never vetted
+SUSPECT_AUDITS = frozenset({AuditStatus.DISAGREES, AuditStatus.SUSPECT, AuditStatus.UNCHECKED})
 
 
 class Integrity(StrEnum):

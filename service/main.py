@@ -25,6 +25,7 @@ from service.core.content_checks import ContentChecks
 from service.core.datasets import Datasets
 from service.core.estimator import Estimator
 from service.core.gate import ExtractionGate
+from service.core.import_checks import ImportChecks
 from service.core.importer import FeatureImporter
 from service.core.model_revisions import model_revision_for
 from service.core.prepare import RequestPreparer
@@ -153,13 +154,26 @@ def build_services(
     reader = FeatureReader(store, versions, settings.verify_reads)
     checks = ContentChecks(
         versions,
-        settings.content_constant_rows,
-        settings.content_band_entries,
-        settings.content_band_min_entries,
-        settings.content_flag_z,
-        settings.content_refuse_z,
+        constant_share=settings.content_constant_rows,
+        repeated_share=settings.content_repeated_rows,
+        grow_flag=settings.content_grow_flag,
+        grow_refuse=settings.content_grow_refuse,
+        shrink_flag=settings.content_shrink_flag,
+        shrink_refuse=settings.content_shrink_refuse,
+        band_entries=settings.content_band_entries,
+        band_min_entries=settings.content_band_min_entries,
+        flag_z=settings.content_flag_z,
+        refuse_z=settings.content_refuse_z,
     )
     canaries = Canaries(kv) if settings.canary else None
+    spot_checks = ImportChecks(
+        models,
+        kv,
+        versions,
+        first=settings.import_spot_check_first,
+        every=settings.import_spot_check_every,
+        cosine=settings.import_spot_check_cosine,
+    )
     recorder = Recorder(store, versions)
     writer = FeatureWriter(
         recorder, versions, models, gate, preparer, metrics, checks, canaries, settings.writer_threads
@@ -195,19 +209,11 @@ def build_services(
         reader=reader,
         recorder=recorder,
         writer=writer,
-        auditor=Auditor(reader, writer, versions, models, gate, preparer, verifier),
+        auditor=Auditor(reader, writer, versions, models, gate, preparer, verifier, spot_checks),
         verifier=verifier,
         datasets=Datasets(reader.resolve, versions, store, kv),
         estimator=Estimator(spec, preparer, versions, store, job_store, settings.codec),
-        importer=FeatureImporter(
-            recorder,
-            versions,
-            models,
-            checks,
-            settings.max_sample_tokens,
-            settings.import_spot_check_every,
-            settings.import_spot_check_cosine,
-        ),
+        importer=FeatureImporter(recorder, versions, models, checks, spot_checks, settings.max_sample_tokens),
         rebuilder=CatalogRebuilder(store, versions),
         queue=JobQueue(job_store, spec, windows, preparer),
         runner=runner,

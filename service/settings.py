@@ -116,8 +116,25 @@ class Settings(BaseSettings):
     content_constant_rows: float = Field(
         default=0.25, ge=0, le=1, description="refuse an entry where more than this share of a layer's rows is constant"
     )
+    content_repeated_rows: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description="refuse an entry where more than this share of a layer's rows whose token changed repeat the row "
+        "before (one token's states copied to every position)",
+    )
+    content_grow_flag: float = Field(
+        default=30.0, gt=1, description="flag a decoder layer whose std is this many times the one before it"
+    )
+    content_grow_refuse: float = Field(default=300.0, gt=1, description="and refuse it from this many times")
+    content_shrink_flag: float = Field(
+        default=4.0, gt=1, description="flag a decoder layer whose std is this many times smaller than the one before"
+    )
+    content_shrink_refuse: float = Field(default=20.0, gt=1, description="and refuse it from this many times smaller")
     content_band_entries: int = Field(
-        default=64, ge=0, description="how many of a key space's first entries make its band of layer statistics"
+        default=64,
+        ge=0,
+        description="how many of a model revision's and featureset's first entries make its band of layer statistics",
     )
     content_band_min_entries: int = Field(default=16, ge=2, description="judge against the band only once it has these")
     content_flag_z: float = Field(
@@ -126,11 +143,17 @@ class Settings(BaseSettings):
         description="robust z-score of a layer's std or absmax (log) against the band: store and flag",
     )
     content_refuse_z: float = Field(default=40.0, gt=0, description="the same z-score at which the entry is refused")
+    import_spot_check_first: int = Field(
+        default=4,
+        ge=0,
+        description="spot-check the first this many imports of every import run and of every new source (model "
+        "revision and format) against the model (where it runs here with the weights loaded)",
+    )
     import_spot_check_every: int = Field(
         default=16,
         ge=0,
-        description="re-extract the first tokens of one import in this many (by prompt hash; 1: every one, 0: none) "
-        "where this service runs the revision and has the weights loaded, and refuse features that disagree",
+        description="after those, re-extract the first tokens of one import in this many (by prompt hash; 1: every "
+        "one, 0: none) and refuse features that disagree; once one fails, the rest of its run is checked one by one",
     )
     import_spot_check_cosine: float = Field(
         default=0.98, gt=0, le=1, description="the per-layer mean cosine an import's spot check must reach"

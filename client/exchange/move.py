@@ -5,6 +5,7 @@ hashed here and checked by the service against that hash."""
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -221,8 +222,10 @@ def import_dir(
     backend: str | None = None,
     advance: Advance = lambda: None,
 ) -> ImportSummary:
-    """Import every file of `plan`; an entry already stored with the same bits is left as it is (idempotent)."""
+    """Import every file of `plan` as one import run (the service spot-checks its first files against the model, and
+    once one fails, the rest one by one); an entry already stored with the same bits is left as it is (idempotent)."""
     summary = ImportSummary()
+    run = uuid.uuid4().hex
     by_file = {entry.file: entry for entry in plan.index.entries} if plan.index else {}
     form = FORMATS[plan.fmt]
     masks = form.loss_masks(directory) if plan.index else None  # an export's own, where its files hold none
@@ -233,7 +236,7 @@ def import_dir(
         mask = found.loss_mask
         if masks is not None:
             mask = masks[position]
-        request, tensors = _entry(found, layers, hidden, mask, exported, plan.model_revision, backend)
+        request, tensors = _entry(found, layers, hidden, mask, exported, plan.model_revision, backend, run)
         result = client.import_entry(request, tensors)
         summary.counts[result.status] += 1
         summary.results.append(result)
@@ -250,6 +253,7 @@ def _entry(
     exported: ExportedEntry | None,
     model_revision: str,
     backend: str | None,
+    run: str,
 ) -> tuple[ImportRequest, list[RawTensor]]:
     """The sample and tensors of one file: an export's own sample, else one made from the token ids and loss mask
     (prompt then a token-ids completion when the mask is one run of ones at the end; the ids alone otherwise)."""
@@ -276,6 +280,7 @@ def _entry(
         content_hash=content_hash(tensors),
         prompt_tokens=prompt_tokens,
         completion_source=completion_source,
+        run=run,
     )
     return request, tensors
 

@@ -1,5 +1,6 @@
-"""The auditor: does what is stored still hold? Compares two backends' features for one prompt, and re-extracts
-stored versions to check that each reproduces its content hash bit for bit."""
+"""The auditor: does what is stored still hold? Compares two backends' features for one prompt, re-extracts stored
+versions to check that each reproduces its content hash bit for bit, and spot-checks imports never checked against
+the model (or suspect) when its weights are at hand."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
 from service.core.comparison import compare_hidden_states
 from service.core.gate import ExtractionGate, configured
+from service.core.import_checks import ImportChecks
 from service.core.prepare import RequestPreparer
 from service.core.reader import FeatureReader
 from service.core.verifier import Verifier
@@ -38,8 +40,10 @@ class Auditor:
         gate: ExtractionGate,
         preparer: RequestPreparer,
         verifier: Verifier,
+        spot_checks: ImportChecks,
     ) -> None:
         self.verifier = verifier
+        self.spot_checks = spot_checks
         self.reader = reader
         self.writer = writer
         self.versions = versions
@@ -94,15 +98,20 @@ class Auditor:
         request = ExtractRequest(samples=[known[0].sample], featureset=known[0].featureset, backend=backend.value)
         return self.writer.extract(request).results[0].manifest
 
-    def audit(self, sample: int, backend: str | None = None, seed: int | None = None) -> AuditReport:
+    def audit(
+        self, sample: int, backend: str | None = None, seed: int | None = None, imports: bool = False
+    ) -> AuditReport:
         """Re-extract `sample` stored versions (each alone, under the policy its fingerprint names) and record whether
-        each reproduces its content hash bit for bit."""
+        each reproduces its content hash bit for bit; `imports`: spot-check imported ones instead."""
         self.gate.check()
         models = configured(self.models)
         spec = models.spec
+        if imports:
+            return self._audit_imports(sample, backend)
         available = set(spec.available_backends())
         stored = self.versions.find(EntryFilter(model_revision=spec.revision, backend=backend), limit=_EVERY)
-        runnable = [m for m in stored if m.backend in available]
+        # an import is not re-extracted (nothing says what computed it): `imports` checks those
+        runnable = [m for m in stored if m.backend in available and m.fingerprint.imported_from is None]
         chosen = random.Random(seed).sample(runnable, min(sample, len(runnable)))
         results = []
         with models.using() as extractor:
@@ -156,4 +165,38 @@ class Auditor:
             stored=stored,
             reproduced=ok and stored == Integrity.INTACT,
             reproduced_hash=reproduced_hash,
+        )
+
+    def _audit_imports(self, sample: int, backend: str | None) -> AuditReport:
+        """The spot check of up to `sample` imports of this revision never checked against the model, suspect ones
+        first, each read (and its stored bytes checked) first; the verdict is recorded on each version."""
+        spec = configured(self.models).spec
+        stored = self.versions.find(EntryFilter(model_revision=spec.revision, backend=backend), limit=_EVERY)
+        imported = [m for m in stored if m.fingerprint.imported_from is not None]
+        marked = {AuditStatus.SUSPECT, AuditStatus.UNCHECKED}
+        due = [m for m in imported if m.audit is not None and m.audit.status in marked]
+        due += [m for m in imported if m.audit is None]
+        results = []
+        for manifest in due[:sample]:
+            tensors = self.reader.read(manifest).tensors
+            agreement = self.spot_checks.check_stored(manifest, tensors)
+            results.append(
+                AuditResult(
+                    prompt_hash=manifest.prompt_hash,
+                    backend=manifest.backend,
+                    featureset_id=manifest.featureset_id,
+                    content_hash=manifest.content_hash,
+                    reproduced=agreement.agrees,
+                    detail=agreement.describe(),
+                )
+            )
+        agreeing = sum(r.reproduced for r in results)
+        left = len(due) - len(results)
+        return AuditReport(
+            total=len(results),
+            reproduced=agreeing,
+            mismatched=len(results) - agreeing,
+            skipped=left,
+            skipped_reason=f"{left} more imports are due a check (a larger sample checks them)" if left else None,
+            results=results,
         )

@@ -8,13 +8,23 @@ checks judge what is stored, on every extraction and import, from the per-layer 
 - a layer constant over the whole entry (all zeros among them): refused;
 - more than `constant_share` of a layer's rows (tokens) constant: refused (a single padding or zero-embedding token
   passes);
-- a layer's std or absmax far outside the band of its key space's first entries (same model revision, backend and
-  featureset; a robust z-score of the log, median and MAD over up to `band_entries`, once there are
-  `band_min_entries`): refused from `refuse_z`, stored and flagged (`Manifest.content_flags`) from `flag_z`.
+- more than `repeated_share` of a layer's rows equal to the row before although the token changed: refused (one
+  token's states copied to every position; no causal model computes the same state at every position);
+- a decoder layer whose std jumps from the decoder layer before it in the featureset by more than the residual
+  stream grows (`grow_refuse`: 300x; flagged from `grow_flag`), or falls by more than it shrinks (`shrink_refuse`:
+  20x; flagged from `shrink_flag`): one layer scaled by 1,000 is off its neighbours either way, wherever it sits,
+  and needs no earlier entries to be seen (`benchmarks/results/layer-scales-h200.json`: the 27B shape's std grows at
+  most 4.0x over 15 layers and never shrinks, the tiny model's at most 2.2x over 4; the margins are for real models,
+  whose first layers can grow by far more where massive activations appear);
+- a layer's std or absmax far outside the band of the first entries of its model revision and featureset (every
+  backend's, so an import is judged against what this store extracted; a robust z-score of the log, median and MAD
+  over up to `band_entries`, once there are `band_min_entries`): refused from `refuse_z`, stored and flagged
+  (`Manifest.content_flags`) from `flag_z`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Sequence
@@ -24,6 +34,7 @@ from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import LayerStats
 from service.catalog.protocol import VersionCatalog
 from service.errors import ImplausibleFeatures
+from service.extraction.stats import RowCounts
 
 _MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution, in standard deviations
 _MIN_LOG_SPREAD = 0.05  # a band whose entries agree closely still allows ~5% (log) of spread per sigma
@@ -34,27 +45,64 @@ _SCALES = ("std", "absmax")  # scale statistics, compared in log space
 class ContentChecks:
     versions: VersionCatalog
     constant_share: float = 0.25
+    repeated_share: float = 0.25
+    grow_flag: float = 30.0
+    grow_refuse: float = 300.0
+    shrink_flag: float = 4.0
+    shrink_refuse: float = 20.0
     band_entries: int = 64
     band_min_entries: int = 16
     flag_z: float = 8.0
     refuse_z: float = 40.0
     # a key space's band once it is whole: its first entries never change, so it is read from the catalog no more
-    _bands: dict[tuple[str, str, str], list[list[LayerStats]]] = field(default_factory=dict, repr=False)
+    _bands: dict[tuple[str, str], list[list[LayerStats]]] = field(default_factory=dict, repr=False)
 
-    def check(self, key: EntryKey, stats: Sequence[LayerStats], constant_rows: Sequence[int], tokens: int) -> list[str]:
+    def check(
+        self,
+        key: EntryKey,
+        stats: Sequence[LayerStats],
+        rows: Sequence[RowCounts],
+        tokens: int,
+        token_changes: int,
+    ) -> list[str]:
         """The flags to store with the entry; ImplausibleFeatures (nothing stored) naming the check that failed."""
-        for layer, rows in zip(stats, constant_rows, strict=True):
+        for layer, counted in zip(stats, rows, strict=True):
             if layer.std == 0:
                 raise ImplausibleFeatures(
                     f"layer {layer.layer} is constant over all {tokens} tokens (every value {layer.mean:g}): no model "
                     "computes that; nothing was stored"
                 )
-            if rows > self.constant_share * tokens:
+            if counted.constant > self.constant_share * tokens:
                 raise ImplausibleFeatures(
-                    f"layer {layer.layer}: {rows} of {tokens} rows are constant (all-zero or padding rows; more than "
-                    f"{self.constant_share:.0%} is refused, `content_constant_rows`); nothing was stored"
+                    f"layer {layer.layer}: {counted.constant} of {tokens} rows are constant (all-zero or padding rows; "
+                    f"more than {self.constant_share:.0%} is refused, `content_constant_rows`); nothing was stored"
                 )
-        return self._against_band(key, stats)
+            if token_changes and counted.repeated > self.repeated_share * token_changes:
+                raise ImplausibleFeatures(
+                    f"layer {layer.layer}: {counted.repeated} of the {token_changes} rows whose token differs from "
+                    "the one before repeat the row before (no causal model computes the same state at every "
+                    f"position; more than {self.repeated_share:.0%} is refused, `content_repeated_rows`); nothing was "
+                    "stored"
+                )
+        return self._across_depth(stats) + self._against_band(key, stats)
+
+    def _across_depth(self, stats: Sequence[LayerStats]) -> list[str]:
+        """Each decoder layer against the one before it in the featureset: the residual stream grows with depth,
+        smoothly enough that a layer scaled far off stands out from its neighbours with no earlier entries."""
+        decoder = [layer for layer in stats if isinstance(layer.layer, int)]
+        flags = []
+        for before, after in itertools.pairwise(decoder):
+            ratio = after.std / before.std
+            what = f"layer {after.layer}'s std {after.std:.4g} is {{}} layer {before.layer}'s {before.std:.4g}"
+            if ratio >= self.grow_refuse or 1 / ratio >= self.shrink_refuse:
+                size = f"{ratio:.3g}x" if ratio > 1 else f"1/{1 / ratio:.3g} of"
+                raise ImplausibleFeatures(
+                    what.format(size) + ": no residual stream jumps so between layers (one layer scaled or another "
+                    "model's; `content_grow_refuse`, `content_shrink_refuse`); nothing was stored"
+                )
+            if ratio >= self.grow_flag or 1 / ratio >= self.shrink_flag:
+                flags.append("unusual: " + what.format(f"{ratio:.3g}x" if ratio > 1 else f"1/{1 / ratio:.3g} of"))
+        return flags
 
     def _against_band(self, key: EntryKey, stats: Sequence[LayerStats]) -> list[str]:
         if self.band_entries < self.band_min_entries:
@@ -88,10 +136,10 @@ class ContentChecks:
         return flags
 
     def _band(self, key: EntryKey) -> list[list[LayerStats]]:
-        space = (key.model_revision, key.backend, key.featureset_id)
+        space = (key.model_revision, key.featureset_id)  # every backend's: they differ in bits, not in scale
         if (whole := self._bands.get(space)) is not None:
             return whole
-        where = EntryFilter(model_revision=key.model_revision, backend=key.backend, featureset=key.featureset_id)
+        where = EntryFilter(model_revision=key.model_revision, featureset=key.featureset_id)
         band = [m.layer_stats for m in self.versions.find(where, limit=self.band_entries)]
         if len(band) == self.band_entries:
             self._bands[space] = band

@@ -1,7 +1,8 @@
 """The importer: features computed elsewhere (a SpecForge or speculators dump, an hsstore export) stored as a
 version, once checked: the sample parses, the tensors have hsstore's layout and agree with each other, with the
-sample's token ids and, where this service runs that model revision, with the model; nothing non-finite; and the
-tensors hash to the content hash the importer computed from its files. What ran is unknown, so the backend is
+sample's token ids and, where this service runs that model revision, with the model (shapes, tokenisation, and the
+spot check of import_checks.py); nothing non-finite, nothing the content checks refuse; and the tensors hash to the
+content hash the importer computed from its files. What ran is unknown, so the backend is
 `unknown` unless the importer states one (recorded as stated, with a warning); a stated backend never puts other
 bits over versions extracted here."""
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import torch
 
 from schemas.api import ImportRequest, ImportResult
 from schemas.backend import UNKNOWN_BACKEND, Fingerprint
@@ -24,13 +24,13 @@ from schemas.tensors import RawTensor
 from schemas.torch_tensors import to_torch
 from service.catalog.protocol import VersionCatalog
 from service.core.content_checks import ContentChecks
+from service.core.import_checks import ImportChecks
 from service.core.recorder import Recorder, new_manifest
 from service.errors import InvalidRequest, InvalidSample
 from service.extraction.extractor import Extractor
-from service.extraction.stats import constant_rows, layer_stats, layer_summary
+from service.extraction.stats import layer_stats, layer_summary, row_counts, token_changes
 from service.model.manager import ModelManager
 
-SPOT_CHECK_TOKENS = 32
 _LAYOUT = {HIDDEN_STATES: "bfloat16", "input_ids": "int32", "loss_mask": "uint8"}
 _REQUIRED = (HIDDEN_STATES, "input_ids")
 
@@ -42,14 +42,12 @@ class FeatureImporter:
         versions: VersionCatalog,
         models: ModelManager[Extractor] | None,
         checks: ContentChecks,
+        spot_checks: ImportChecks,
         max_tokens: int,
-        spot_check_every: int = 16,
-        spot_check_cosine: float = 0.98,
     ) -> None:
         self.recorder = recorder
         self.checks = checks
-        self.spot_check_every = spot_check_every
-        self.spot_check_cosine = spot_check_cosine
+        self.spot_checks = spot_checks
         self.versions = versions
         self.models = models  # None on a replica without a model: nothing is checked against one
         self.max_tokens = max_tokens
@@ -72,8 +70,11 @@ class FeatureImporter:
         warnings = self._check_against_model(request, parsed, featureset, tensors)
         if request.prompt_tokens > tokens:
             raise InvalidRequest(f"prompt_tokens {request.prompt_tokens} exceed the {tokens} tokens sent")
+        if (actual := content_hash(tensors.values())) != request.content_hash:
+            raise InvalidRequest(f"the tensors sent hash to {actual}, not to the content hash {request.content_hash}")
         hidden = to_torch(tensors[HIDDEN_STATES])
-        summary = layer_summary(hidden)
+        ids = to_torch(tensors["input_ids"])
+        summary = layer_summary(hidden, ids)
         stats = layer_stats(summary, list(featureset.layers), request.source)  # refuses NaN / Inf
         backend = request.backend or UNKNOWN_BACKEND
         stated = backend != UNKNOWN_BACKEND
@@ -82,7 +83,7 @@ class FeatureImporter:
                 f"backend {backend!r} is as the importer stated it, not measured: the manifest records it as stated"
             )
         key = EntryKey(parsed.prompt_hash, request.model_revision, backend, featureset.id)
-        flags = self.checks.check(key, stats, constant_rows(summary), tokens)
+        flags = self.checks.check(key, stats, row_counts(summary), tokens, token_changes(ids.tolist()))
         existing = self.versions.versions(key)
         measured = [m for m in existing if m.fingerprint.imported_from is None]
         if measured and request.content_hash not in {m.content_hash for m in existing}:
@@ -91,6 +92,11 @@ class FeatureImporter:
                 f"this key's features were extracted here under backend {backend!r} and the imported bits differ: "
                 "import them without --backend (as 'unknown') and compare the two"
             )
+        verdict = None
+        if self.models is not None and self.models.spec.revision == request.model_revision:
+            # last: the checks above need no forward, and name what a damaged dump got wrong
+            verdict, checked = self.spot_checks.before_storing(request, parsed, featureset, tensors)
+            warnings.extend(checked)
         manifest = new_manifest(
             key,
             featureset,
@@ -101,12 +107,11 @@ class FeatureImporter:
             completion_source=request.completion_source,
             tensors=tensors.values(),
             layer_stats=stats,
-            fingerprint=Fingerprint.of_import(request.source, stated),
+            fingerprint=Fingerprint.of_import(request.source, stated, request.run),
             flags=flags,
         )
-        if (actual := content_hash(tensors.values())) != request.content_hash:
-            raise InvalidRequest(f"the tensors sent hash to {actual}, not to the content hash {request.content_hash}")
         stored, added = self.recorder.add(manifest, list(tensors.values()))
+        self.spot_checks.after_storing(request, stored, verdict)
         if not added:
             status = ImportStatus.EXISTING
         else:
@@ -186,37 +191,4 @@ class FeatureImporter:
                 raise InvalidRequest("input_ids do not start with the sample's prompt as this model tokenises it")
             if encoded.completion_ids is not None and list(ids[len(prompt) :]) != encoded.completion_ids:
                 raise InvalidRequest("input_ids do not end with the sample's completion as this model tokenises it")
-        return self._spot_check(models, parsed, featureset, tensors)
-
-    def _spot_check(
-        self,
-        models: ModelManager[Extractor],
-        parsed: ParsedSample,
-        featureset: FeatureSet,
-        tensors: Mapping[str, RawTensor],
-    ) -> list[str]:
-        """One import in `spot_check_every` (by prompt hash): this model's own features for the first tokens must
-        agree with the imported ones, layer by layer, within the backends' spread (mean cosine), so features
-        shifted by a token, taken from another request or another model are refused. Only with the weights loaded
-        now: an import never loads them, nor takes the GPU from SGLang."""
-        every = self.spot_check_every
-        if every == 0 or int(parsed.prompt_hash[:8], 16) % every:
-            return []
-        if not models.loaded:
-            return ["not spot-checked against the model: its weights are not loaded here now"]
-        ids = tensors["input_ids"].numpy()[:SPOT_CHECK_TOKENS]
-        encoded = models.spec.encode(parse_sample({"token_ids": ids.tolist()}), SPOT_CHECK_TOKENS)
-        backend = models.spec.resolve_backend("auto")
-        with models.using() as extractor:
-            ours = extractor.extract(encoded, FeatureSet(layers=featureset.layers), backend, "import spot check")
-        mine = to_torch(next(t for t in ours.tensors if t.name == HIDDEN_STATES)).float()
-        theirs = to_torch(tensors[HIDDEN_STATES])[: len(ids)].float()
-        agreement = torch.nn.functional.cosine_similarity(mine, theirs, dim=-1).mean(dim=0).tolist()
-        per_layer = [f"layer {layer}: {c:.3f}" for layer, c in zip(featureset.layers, agreement, strict=True)]
-        if min(agreement) < self.spot_check_cosine:
-            raise InvalidRequest(
-                f"spot check: this model's own features for the first {len(ids)} tokens disagree with the imported "
-                f"ones (mean cosine {', '.join(per_layer)}; at least {self.spot_check_cosine} is needed under "
-                f"{backend.value}): shifted by a token, another request's, or another model's; nothing was stored"
-            )
         return []

@@ -153,7 +153,9 @@ class FeatureWriter:
             try:
                 extraction = pending.wait()
                 tokens = extraction.prompt_tokens + extraction.completion_tokens
-                flags = self.checks.check(key, extraction.layer_stats, extraction.constant_rows, tokens)
+                flags = self.checks.check(
+                    key, extraction.layer_stats, extraction.rows, tokens, extraction.token_changes
+                )
                 # the manifest is made from these tensors' hash: added without hashing them again
                 manifest = new_manifest(
                     key,

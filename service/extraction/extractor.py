@@ -26,7 +26,7 @@ from service.extraction.bit_checks import BitChecks, TokenSequence
 from service.extraction.own_rows import PackRows, own_rows
 from service.extraction.packing import Pack, pack_inputs, per_sequence, plan_packs
 from service.extraction.results import Extraction, Labels, PendingExtraction
-from service.extraction.stats import layer_summary
+from service.extraction.stats import layer_summary, token_changes
 from service.model.encode import EncodedPrompt
 from service.model.fp8_weights import gemm_counts
 from service.model.fused import EAGER, FUSED, FusedForwards
@@ -108,7 +108,7 @@ class Extractor:
             if pack is not None:
                 fingerprint = self.fingerprint(backend, fused is not None, pack)
                 for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
-                    hidden, normed = self._forward_pack(planned, sequences, featureset, fused, pack, backend)
+                    hidden, normed, ids = self._forward_pack(planned, sequences, featureset, fused, pack, backend)
                     run.verify()
                     staged = self._stage(hidden, planned, featureset)
                     for segment in planned.segments:
@@ -118,6 +118,7 @@ class Extractor:
                         finished = self._finish(
                             seq,
                             hidden[0, rows],
+                            ids[0, rows],
                             heads,
                             featureset,
                             fingerprint,
@@ -130,12 +131,10 @@ class Extractor:
             fingerprint = self.fingerprint(backend, fused is not None)
             longest_first = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i].ids), i))
             for forward, index in enumerate(longest_first):
-                hidden, heads = self._forward(sequences[index], featureset, fused)
+                hidden, heads, ids = self._forward(sequences[index], featureset, fused)
                 run.verify()  # nothing leaves this function labelled with kernels that did not run
-                yield (
-                    index,
-                    self._finish(sequences[index], hidden, heads, featureset, fingerprint, items[index][1], forward),
-                )
+                seq = sequences[index]
+                yield index, self._finish(seq, hidden, ids, heads, featureset, fingerprint, items[index][1], forward)
 
     def fusion_keeps_bits(self, backend: Backend) -> bool:
         """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
@@ -169,8 +168,9 @@ class Extractor:
         fused: FusedForwards | None,
         policy: PackPolicy,
         backend: Backend,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[1, shape, n_layers, H] hidden states of one pack, and the final norm's output when logits are needed."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """[1, shape, n_layers, H] hidden states of one pack, the final norm's output when logits are needed, and
+        the pack's token ids [1, shape] on the device."""
         inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self._copy_stream is not None)
         ids = inputs.pop("input_ids")
         rows = PackRows([(s.start, s.start + s.length) for s in pack.segments], pack.shape) if policy.own_rows else None
@@ -180,7 +180,7 @@ class Extractor:
             own_rows(self.loaded.body, rows, fused) if rows is not None else contextlib.nullcontext(),
             per_sequence(self.loaded.kernels.module, pack, policy, rule_over_pack),
         ):
-            return capture(self.loaded.body, ids, featureset, **inputs)
+            return (*capture(self.loaded.body, ids, featureset, **inputs), ids)
 
     def _stage(self, hidden: torch.Tensor, pack: Pack, featureset: FeatureSet) -> torch.Tensor | None:
         """A pack's captured layers on their way to host memory in one copy, into a pinned block of the pack's fixed
@@ -199,19 +199,21 @@ class Extractor:
 
     def _forward(
         self, seq: TokenSequence, featureset: FeatureSet, fused: FusedForwards | None = None
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """[T, n_layers, H] hidden states of one sequence alone and what the featureset takes from its logits
-        (`chunked_heads`; empty when it takes nothing)."""
-        ids = torch.tensor([seq.ids], dtype=torch.long, pin_memory=self._copy_stream is not None)
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """[T, n_layers, H] hidden states of one sequence alone, what the featureset takes from its logits
+        (`chunked_heads`; empty when it takes nothing), and its token ids [T] on the device."""
+        staged = torch.tensor([seq.ids], dtype=torch.long, pin_memory=self._copy_stream is not None)
+        # from pinned memory without blocking: the thread never waits for the GPU between sequences
+        ids = staged.to(self.loaded.device, non_blocking=True)
         with fused.applied() if fused is not None else contextlib.nullcontext():
-            # from pinned memory without blocking: the thread never waits for the GPU between sequences
-            hidden, normed = capture(self.loaded.body, ids.to(self.loaded.device, non_blocking=True), featureset)
-        return hidden[0], self._heads(normed[0], featureset) if normed is not None else {}
+            hidden, normed = capture(self.loaded.body, ids, featureset)
+        return hidden[0], self._heads(normed[0], featureset) if normed is not None else {}, ids[0]
 
     def _finish(
         self,
         seq: TokenSequence,
-        padded_hidden: torch.Tensor,
+        hidden: torch.Tensor,
+        ids: torch.Tensor,
         heads: dict[str, torch.Tensor],
         featureset: FeatureSet,
         fingerprint: Fingerprint,
@@ -222,8 +224,7 @@ class Extractor:
         """`staged`: the hidden states already on their way to host memory with the pack (`_stage`); the copy stream
         runs in order, so this entry's event, recorded after its own copies, also marks that copy done."""
         length = len(seq.ids)
-        hidden = padded_hidden[:length]
-        device_tensors: dict[str, torch.Tensor] = {**heads, _SUMMARY: layer_summary(hidden)}  # stats of what ran
+        device_tensors: dict[str, torch.Tensor] = {**heads, _SUMMARY: layer_summary(hidden, ids)}  # what ran
         if featureset.dtype == "float8_e4m3fn":
             device_tensors[HIDDEN_STATES], device_tensors[HIDDEN_SCALES] = fp8.quantise(hidden)
         elif staged is None:
@@ -244,6 +245,7 @@ class Extractor:
             seq.prompt_tokens,
             length - seq.prompt_tokens,
             seq.completion_source,
+            token_changes(seq.ids),
         )
         return PendingExtraction(host, summary, done, labels, forward)
 

@@ -12,14 +12,15 @@ from schemas.featureset import LayerId
 from schemas.manifest import LayerStats
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
-from service.extraction.stats import constant_rows, layer_stats
+from service.extraction.stats import RowCounts, layer_stats, row_counts
 
 
 @dataclass(frozen=True, slots=True)
 class Extraction:
     tensors: list[RawTensor]
     layer_stats: list[LayerStats]
-    constant_rows: list[int]  # per layer, rows (tokens) with one value throughout: what content checks judge
+    rows: list[RowCounts]  # per layer: what the content checks judge of its rows
+    token_changes: int  # how many tokens differ from the one before
     fingerprint: Fingerprint
     prompt_tokens: int
     completion_tokens: int
@@ -36,6 +37,7 @@ class Labels:
     prompt_tokens: int
     completion_tokens: int
     completion_source: str | None
+    token_changes: int
 
 
 class PendingExtraction:
@@ -63,7 +65,8 @@ class PendingExtraction:
         return Extraction(
             tensors=[from_torch(name, tensor) for name, tensor in self._host.items()],
             layer_stats=layer_stats(self._summary, labels.layers, labels.label),
-            constant_rows=constant_rows(self._summary),
+            rows=row_counts(self._summary),
+            token_changes=labels.token_changes,
             fingerprint=labels.fingerprint,
             prompt_tokens=labels.prompt_tokens,
             completion_tokens=labels.completion_tokens,

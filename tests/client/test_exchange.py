@@ -18,7 +18,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from client import FeatureClient, InvalidRequestError
+from client import FeatureClient, InvalidRequestError, compute_features
 from client.exchange import export, import_dir, newest_versions, plan_import
 from hsstore.cli import app as cli
 from schemas import wire
@@ -214,7 +214,9 @@ def test_reads_and_exports_that_name_no_backend_take_the_extracted_entry_over_an
 def test_a_foreign_specforge_dump_imports_under_backend_unknown_with_its_mask_as_a_completion(
     other_store: FeatureClient, tmp_path: Path
 ) -> None:
-    """A directory as SpecForge's prepare_hidden_states.py writes it (no hsstore index): the ids must be given."""
+    """A directory as SpecForge's prepare_hidden_states.py writes it (no hsstore index): the ids must be given. Its
+    random states are of a revision this service does not run (so no spot check against the model refuses them, as
+    it refuses them under its own: test_import_trust.py)."""
     dump = tmp_path / "dump" / "rows_0-2000"
     dump.mkdir(parents=True)
     torch.manual_seed(0)
@@ -227,13 +229,14 @@ def test_a_foreign_specforge_dump_imports_under_backend_unknown_with_its_mask_as
         dump / "data_1.ckpt",
     )
 
+    foreign = "f" * 40
     with pytest.raises(ValueError, match="layer-ids"):
         import_dir(
             other_store,
             tmp_path / "dump",
-            plan_import(other_store, tmp_path / "dump", ExportFormat.SPECFORGE, None, None),
+            plan_import(other_store, tmp_path / "dump", ExportFormat.SPECFORGE, foreign, None),
         )
-    plan = plan_import(other_store, tmp_path / "dump", ExportFormat.SPECFORGE, None, [6, 3])
+    plan = plan_import(other_store, tmp_path / "dump", ExportFormat.SPECFORGE, foreign, [6, 3])
     summary = import_dir(other_store, tmp_path / "dump", plan)
     assert summary.counts["imported"] == 2
     first, second = (r.manifest for r in summary.results)
@@ -241,7 +244,7 @@ def test_a_foreign_specforge_dump_imports_under_backend_unknown_with_its_mask_as
     assert first.sample == {"token_ids": ids[:25].tolist(), "completion": {"token_ids": ids[25:].tolist()}}
     assert (first.prompt_tokens, first.completion_tokens, first.completion_source) == (25, 15, "token_ids")
     assert second.sample == {"token_ids": ids[:30].tolist()} and "loss_mask" not in second.tensors
-    features = other_store.get(prompt_hash=first.prompt_hash)
+    features = other_store.get(prompt_hash=first.prompt_hash, model_revision=foreign)
     assert torch.equal(features.hidden_states[:, 0], hidden[0].view(40, 2, HIDDEN)[:, 1])  # layer 3: the 2nd id
     assert torch.equal(features.loss_mask, mask.to(torch.uint8))
 
@@ -251,8 +254,9 @@ def _import_body(tensors: list[RawTensor], request: ImportRequest) -> bytes:
 
 
 def test_bad_imports_are_refused_with_a_4xx_and_store_nothing(http: httpx.Client, tiny_loaded: LoadedModel) -> None:
-    hidden = torch.randn(6, 2, HIDDEN).to(torch.bfloat16)
     ids = torch.arange(10, 16, dtype=torch.int32)
+    # the model's own features (an import of them passes its spot check), each case then wrong in one way
+    hidden = compute_features(tiny_loaded.model, ids, FeatureSet(layers=[1, 3]))["hidden_states"]
     good = [from_torch("hidden_states", hidden), from_torch("input_ids", ids)]
     base = ImportRequest(
         sample={"token_ids": ids.tolist()},

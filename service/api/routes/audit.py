@@ -17,4 +17,4 @@ router = APIRouter(tags=["audit"])
     responses=errors(401, 403, 409, 422, 503),
 )
 def audit(request: AuditRequest, auditor: AuditorDep) -> AuditReport:
-    return auditor.audit(request.sample, check_backend(request.backend), request.seed)
+    return auditor.audit(request.sample, check_backend(request.backend), request.seed, request.imports)
