@@ -117,16 +117,8 @@ class Auditor:
         with models.using() as extractor:
             for manifest in chosen:
                 results.append(self._audit_one(spec, extractor, manifest))
-        reproduced = sum(r.reproduced for r in results)
         unrunnable = len(stored) - len(runnable)
-        return AuditReport(
-            total=len(results),
-            reproduced=reproduced,
-            mismatched=len(results) - reproduced,
-            skipped=unrunnable,
-            skipped_reason=f"{unrunnable} stored versions need a backend this host lacks" if unrunnable else None,
-            results=results,
-        )
+        return _report(results, unrunnable, f"{unrunnable} stored versions need a backend this host lacks")
 
     def _audit_one(self, spec: ModelSpec, extractor: Extractor, manifest: Manifest) -> AuditResult:
         """Read and check the stored bytes first (an audit that only re-extracted would call a damaged entry
@@ -190,13 +182,17 @@ class Auditor:
                     detail=agreement.describe(),
                 )
             )
-        agreeing = sum(r.reproduced for r in results)
         left = len(due) - len(results)
-        return AuditReport(
-            total=len(results),
-            reproduced=agreeing,
-            mismatched=len(results) - agreeing,
-            skipped=left,
-            skipped_reason=f"{left} more imports are due a check (a larger sample checks them)" if left else None,
-            results=results,
-        )
+        return _report(results, left, f"{left} more imports are due a check (a larger sample checks them)")
+
+
+def _report(results: list[AuditResult], skipped: int, why_skipped: str) -> AuditReport:
+    reproduced = sum(r.reproduced for r in results)
+    return AuditReport(
+        total=len(results),
+        reproduced=reproduced,
+        mismatched=len(results) - reproduced,
+        skipped=skipped,
+        skipped_reason=why_skipped if skipped else None,
+        results=results,
+    )

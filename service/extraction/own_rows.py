@@ -92,9 +92,8 @@ class PackRows:
         axis, per_token = token_axis(x, self.tokens)
         out = x.new_empty((*x.shape[:-1], 1))
         for start, end in self.spans:
-            rows = slice(start * per_token, end * per_token)
-            part = alone(x.narrow(axis, rows.start, rows.stop - rows.start), axis, self.tokens * per_token)
-            torch.mean(part, -1, keepdim=True, out=out.narrow(axis, rows.start, rows.stop - rows.start))
+            rows = out.narrow(axis, start * per_token, (end - start) * per_token)
+            torch.mean(sequence_part(x, start, end, self.tokens), -1, keepdim=True, out=rows)
         return out
 
 
