@@ -19,6 +19,7 @@ test: $(VENV)/.installed
 	scripts/postgres-for-tests.sh  # the machine's Postgres, started if down (the catalog's Postgres tests need it)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache  # the layering contracts in pyproject.toml
+	$(PY) -m mypy  # the annotations, checked (strict on schemas/; pyproject.toml's [tool.mypy])
 	$(PY) -m pytest -q -m "not gpu"
 
 lint: $(VENV)/.installed

@@ -32,8 +32,13 @@ class ReceiveFailed(Exception):
 
 
 class Body(Protocol):
-    status: int
-    headers: Mapping[str, str]  # names in lower case
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Names in lower case."""
+        ...
 
     def readinto(self, view: memoryview) -> int:
         """Up to `view.nbytes` bytes of the body into `view`; 0 once it has ended."""

@@ -104,8 +104,8 @@ def pad_into(samples: list[Sample], arrays: dict[str, torch.Tensor]) -> dict[str
             hidden[row, length:] = 0
             arrays["input_ids"][row, :length] = sample["input_ids"]
             arrays["attention_mask"][row, :length] = True
-            for name, values in per_token.items():
-                arrays[name][row, :length] = values[row]
+            for name, each_sample in per_token.items():
+                arrays[name][row, :length] = each_sample[row]
         for source, checks in copying:
             source.finish(checks)
     except BaseException:

@@ -89,6 +89,8 @@ class DeviceFeed:
             while (item := ready.get()) is not _END:
                 if isinstance(item, BaseException):
                     raise item
+                landed: dict[str, Any]
+                event: Any
                 landed, event = item  # type: ignore[misc]
                 if cuda:
                     stream = torch.cuda.current_stream(self.device)

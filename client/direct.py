@@ -30,7 +30,7 @@ def _runs(entry: DirectEntry) -> list[tuple[str, int, int, int]]:
                 last[3] += length
             else:
                 runs.append([url, shard_at, body_at, length])
-    return [tuple(run) for run in runs]  # type: ignore[misc]
+    return [tuple(run) for run in runs]
 
 
 def read_direct(entry: DirectEntry, objects: Connections, pool: ThreadPoolExecutor, verify: Verify) -> Features:

@@ -183,7 +183,7 @@ def error_for(status: int | None, code: str | None, message: str) -> HsstoreErro
     """The exception for an error answer (`status` None: an error frame inside a 200); a code this client does
     not know falls back on the status."""
     try:
-        cls = BY_CODE[ErrorCode(code)]
+        cls = BY_CODE[ErrorCode(code or "")]
     except ValueError:
         if status is None or status >= 500:
             cls = ServerError

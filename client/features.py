@@ -3,6 +3,7 @@ their manifest."""
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -84,7 +85,7 @@ class Features:
 
 
 def decode_verified(
-    body: bytes | bytearray | memoryview, by_chunks: Callable[[Features], bool] | None = None
+    body: bytes | bytearray | memoryview | mmap.mmap, by_chunks: Callable[[Features], bool] | None = None
 ) -> Features:
     """Parse a features body and check its hash: the entry's content hash for a full read, else the served hash
     the service computed over the slice it read (whose chunks it checked against their crc32c). `by_chunks` may

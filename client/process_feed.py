@@ -148,8 +148,9 @@ class ProcessFeed:
     def _receive(self, pending: dict[int, int], arrived: dict[int, Any]) -> None:
         self._hand_back()
         conns = {w.conn: w for w in self._workers}
-        for conn in wait(list(conns), timeout=_POLL_S):
-            worker = conns[conn]
+        for ready in wait(list(conns), timeout=_POLL_S):
+            worker = conns[ready]  # type: ignore[index]  # wait hands back the very connections it was given
+            conn = worker.conn
             try:
                 message = conn.recv()
             except (EOFError, OSError):  # its end of the socket closed: the process is gone
@@ -172,9 +173,9 @@ class ProcessFeed:
             if self.pin_memory:
                 _unregister(memory)
         # a new array per batch: it lives exactly as long as the tensors over it (each views it), and so the finalizer
-        memory = np.frombuffer(worker.segments[segment], dtype=np.uint8)
-        weakref.finalize(memory, self._released.append, (worker.index, segment))
-        return {**arrays_in(memory, layout), "content_hash": hashes}
+        batch = np.frombuffer(worker.segments[segment], dtype=np.uint8)
+        weakref.finalize(batch, self._released.append, (worker.index, segment))
+        return {**arrays_in(batch, layout), "content_hash": hashes}
 
     def _hand_back(self) -> None:
         while self._released:

@@ -46,9 +46,15 @@ class _Array:
         self.out = None if deferred else HOST_MEMORY.take(nbytes).view(self.dtype).reshape(self.shape)
         self.places = [{c: (src, dst) for c, src, dst in dim} for dim in touched(sent.wanted(), sent.chunk)]
 
+    def decoded(self) -> np.ndarray:
+        """The array its chunks were decoded into (never a deferred one's: that is decoded into a batch)."""
+        assert self.out is not None
+        return self.out
+
     def decode(self, at: int, frame: memoryview, out: np.ndarray | None = None) -> None:
         """Check chunk `at` and copy the part of it the read selected into `out` (else the array's own)."""
         out = self.out if out is None else out
+        assert out is not None, "a deferred array decodes only into the batch it was handed"
         try:
             block = chunk_bytes(frame, self.nbytes, scratch_block(self.nbytes))
         except FrameError as exc:
@@ -160,8 +166,9 @@ class ChunkDecoder:
             raise IntegrityError("a chunk body's index points past its data")
         for future in self._futures:
             future.result()
-        tensors = {a.sent.name: RawTensor.from_numpy(a.sent.name, a.sent.dtype, a.out) for a in self._arrays}
-        features = Features(self.manifest, tensors, list(self.header.layers), tuple(self.header.tokens))
+        tensors = {a.sent.name: RawTensor.from_numpy(a.sent.name, a.sent.dtype, a.decoded()) for a in self._arrays}
+        start, stop = self.header.tokens
+        features = Features(self.manifest, tensors, list(self.header.layers), (start, stop))
         if self.header.full != features.full:
             raise IntegrityError("the chunk header's `full` does not match the part it serves")
         if self.verify == "full" and features.full and content_hash(tensors.values()) != self.manifest.content_hash:

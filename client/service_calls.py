@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from client.keys import featureset_of, key_of_parts, part_of_parts
 from client.transport import Transport
@@ -27,7 +27,7 @@ from schemas.estimates import EstimateReport, EstimateRequest
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import SAFETENSORS_MEDIA_TYPE
 from schemas.job_api import JobList, JobRequest, JobStatus, WindowOpenRequest, WindowState, WorkerLease, WorkerList
-from schemas.keys import EntryFilter
+from schemas.keys import EntryFilter, EntryFilters
 from schemas.manifest import Manifest
 from schemas.states import Existing
 from schemas.tensors import RawTensor
@@ -59,7 +59,7 @@ class ServiceCalls:
         return self._transport.exists(f"/v1/features/{item.prompt_hash}", item.read_params())
 
     # -- listing, comparing, auditing ----------------------------------------------------------------------------
-    def entries(self, *, page_size: int = 100, **filters: str | FeatureSet | None) -> Iterator[Manifest]:
+    def entries(self, *, page_size: int = 100, **filters: Unpack[EntryFilters]) -> Iterator[Manifest]:
         """Every matching version, oldest first, page by page. Filters as `entries_page` takes them."""
         cursor = None
         while True:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -29,6 +29,7 @@ from client.features import Features
 from client.keys import KeyLike, batch_item
 from schemas.api import BatchItem
 from schemas.featureset import FeatureSet, LayerId
+from schemas.keys import EntryFilters
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, Manifest
 
 
@@ -40,8 +41,8 @@ def to_sample(features: Features, dequantise: bool = True, hidden: DeferredCopy 
     if hidden is not None:
         sample: Sample = {"hidden_states": hidden}
     elif not dequantise and HIDDEN_SCALES in features.tensors:
-        hidden, scales = features.fp8
-        sample = {"hidden_states": hidden, "hidden_scales": scales}
+        stored, scales = features.fp8
+        sample = {"hidden_states": stored, "hidden_scales": scales}
     else:
         sample = {"hidden_states": features.hidden_states}
     sample |= {
@@ -189,7 +190,8 @@ class EntryStream(IterableDataset[Sample]):
             raise ValueError("a listing filters by featureset id: give the id (a FeatureSet reads samples)")
         self.dataset = dataset
         self.dequantise = dequantise
-        self.filters = {"backend": backend, "model_revision": model_revision, "featureset": featureset, "since": since}
+        listed = featureset if isinstance(featureset, str) else None  # a listing's featureset is an id (checked above)
+        self.filters = EntryFilters(backend=backend, model_revision=model_revision, featureset=listed, since=since)
         self.prefetch = prefetch
         self.rank, self.world_size = rank, world_size
         self.seed = seed
@@ -212,6 +214,7 @@ class EntryStream(IterableDataset[Sample]):
         return [keys[i] for i in self._permutation(len(keys))]
 
     def _permutation(self, count: int) -> np.ndarray:
+        assert self.seed is not None  # a permutation is drawn only for a seeded stream
         return np.random.default_rng([self.seed, self.epoch]).permutation(count)
 
     def __iter__(self) -> Iterator[Sample]:
@@ -256,10 +259,11 @@ def _fetch_read(client: FeatureClient, item: BatchItem) -> Features:
     return retrying(client.fetch, item.key, item.layers, item.tokens)
 
 
+T = TypeVar("T")
 RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0, 8.0)  # an outage of the service's object store up to ~15 s costs only time
 
 
-def retrying(fetch: Callable[..., Features], *args: Any) -> Features:
+def retrying(fetch: Callable[..., T], *args: Any) -> T:
     """`fetch(*args)`, again after a pause while the service says its store is unavailable (a 503 it means to
     clear); any other error, and the last of these, goes to the training loop."""
     for delay in RETRY_DELAYS_S:

@@ -127,6 +127,7 @@ def header_length(view: memoryview) -> int | None:
     if view.nbytes < _PREFIX.size:
         return None
     magic, version, length = _PREFIX.unpack_from(view)
+    length = int(length)
     if magic != MAGIC or version != VERSION:
         raise WireFormatError(f"not an hsstore chunk body (magic {magic!r}, version {version})")
     if length > MAX_HEADER_BYTES:

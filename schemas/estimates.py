@@ -4,21 +4,21 @@ recipes, their union beside each on its own."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from schemas.api import RawSample
 from schemas.backend import BackendChoice
 from schemas.featureset import FeatureSet, LayerId
 
+# a featureset or recipes: not both (null is absent)
+_ONE_OF_THE_TWO: list[JsonDict] = [{"not": {"required": [name]}} for name in ("featureset", "recipes")]
+_ONE_OF_THE_TWO += [{"properties": {name: {"type": "null"}}} for name in ("featureset", "recipes")]
+
 
 class EstimateRequest(BaseModel):
     """What extracting these samples would take, before anything runs."""
 
-    model_config = ConfigDict(
-        json_schema_extra={  # a featureset or recipes: not both (null is absent)
-            "anyOf": [{"not": {"required": [name]}} for name in ("featureset", "recipes")]
-            + [{"properties": {name: {"type": "null"}}} for name in ("featureset", "recipes")]
-        }
-    )
+    model_config = ConfigDict(json_schema_extra={"anyOf": list(_ONE_OF_THE_TWO)})
 
     samples: list[RawSample] = Field(min_length=1)
     featureset: FeatureSet | None = None

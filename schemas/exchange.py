@@ -44,7 +44,8 @@ class LayerConvention:
             raise ValueError(f"{fmt} files hold no post-norm layer: export without 'final_norm' (--layers)")
         if EMBED in layers and self.embed_id is None:
             raise ValueError(f"{fmt} files hold decoder layers only: export without 'embed' (--layers)")
-        return [self.embed_id if layer == EMBED else int(layer) + self.offset for layer in layers]
+        embed_id = self.embed_id if self.embed_id is not None else -1  # unreachable without one: refused above
+        return [embed_id if layer == EMBED else int(layer) + self.offset for layer in layers]
 
     def from_ids(self, ids: list[int]) -> list[LayerId]:
         """A format's layer ids as hsstore layers (in the order given)."""

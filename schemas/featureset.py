@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from schemas.prompt_hash import canonical_json
 from schemas.validation import json_integer
 
-EMBED = "embed"
-FINAL_NORM = "final_norm"
+EMBED: Final = "embed"
+FINAL_NORM: Final = "final_norm"
 
 
 def _layer(value: object) -> object:
@@ -179,7 +179,8 @@ class FeatureSet(BaseModel):
 
     @classmethod
     def default_for(cls, num_layers: int) -> FeatureSet:
-        return cls(layers=build_target_layer_ids(num_layers, 5 if num_layers >= 8 else 1))
+        layers: list[LayerId] = list(build_target_layer_ids(num_layers, 5 if num_layers >= 8 else 1))
+        return cls(layers=layers)
 
 
 def nearest_holding(stored: Iterable[FeatureSet], wanted: FeatureSet) -> FeatureSet | None:

@@ -48,7 +48,8 @@ def atomic_write(
     staging = staging_path(staging_dir or path.parent, path.name, ".tmp")
     try:
         with staging.open("wb") as handle:
-            for piece in data if isinstance(data, list | tuple) else [data]:
+            pieces: Sequence[bytes | memoryview] = data if isinstance(data, list | tuple) else [data]  # type: ignore[list-item]
+            for piece in pieces:
                 handle.write(piece)
             if durable:
                 handle.flush()

@@ -35,7 +35,8 @@ def bound(wrapper: Callable[..., Any]) -> Callable[..., Any]:
         nonlocals = inspect.getclosurevars(wrapper).nonlocals
     except TypeError:
         return wrapper
-    return nonlocals.get("implementation", wrapper)
+    found: Callable[..., Any] = nonlocals.get("implementation", wrapper)
+    return found
 
 
 def is_fast(role: str, fn: Callable[..., Any]) -> bool:

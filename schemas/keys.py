@@ -6,7 +6,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -232,3 +232,15 @@ class EntryFilter:
 
 
 _FILTERS = ("prompt_hash", "model_revision", "backend", "featureset", "content_hash", "since")
+
+
+class EntryFilters(TypedDict, total=False):
+    """A listing's filters as keywords (the client's `entries`): EntryFilter's parts, a featureset as its object or
+    its id."""
+
+    prompt_hash: str | None
+    model_revision: str | None
+    backend: str | None
+    featureset: FeatureSet | str | None
+    content_hash: str | None
+    since: str | None

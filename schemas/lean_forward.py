@@ -72,7 +72,7 @@ def capture(
     return out, normed[0] if normed else None
 
 
-def chunked_heads(lm_head: torch.nn.Module, normed: torch.Tensor, featureset: FeatureSet) -> dict:
+def chunked_heads(lm_head: torch.nn.Module, normed: torch.Tensor, featureset: FeatureSet) -> dict[str, torch.Tensor]:
     """What a featureset takes from the next-token logits of one sequence's `normed` [T, H], `HEAD_CHUNK` tokens at a
     time: `target_ids` (argmax, int32 [T]) and, for `top_k`, the k most likely ids (int32 [T, k]), their
     log-probabilities under the full-vocabulary softmax (float32 [T, k]) and the mass they hold (float32 [T])."""

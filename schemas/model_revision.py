@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import Any
 
 from schemas.prompt_hash import canonical_json
 
@@ -50,6 +51,6 @@ def model_revision(model_dir: Path, file_hashes: dict[str, str] | None = None) -
     return "sha256:" + hashlib.sha256(listing.encode()).hexdigest()
 
 
-def synthetic_revision(config: dict, seed: int) -> str:
+def synthetic_revision(config: dict[str, Any], seed: int) -> str:
     """The revision of a model built in memory from a config and a seed (benchmarks; no files to hash)."""
     return "sha256:" + hashlib.sha256(canonical_json({"config": config, "seed": seed})).hexdigest()

@@ -137,7 +137,7 @@ def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
 def _sample_json_schema() -> dict[str, Any]:
     """Sample's JSON schema with its definitions inlined, so API models can show it for fields kept as raw JSON."""
     schema = Sample.model_json_schema()
-    inlined = _inline_refs(schema, schema.get("$defs", {}))
+    inlined: dict[str, Any] = _inline_refs(schema, schema.get("$defs", {}))
     inlined["examples"] = SAMPLE_EXAMPLES
     return inlined
 

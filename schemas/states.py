@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 
 class JobState(StrEnum):
@@ -75,3 +76,7 @@ class ImportStatus(StrEnum):
     IMPORTED = "imported"
     EXISTING = "existing"  # these bits were already stored under this key: nothing added
     VERSION_ADDED = "version_added"  # the key had a version with other bits: a new version
+
+
+# What a bearer token may do: read features, write (extract, jobs, audits), administer (windows, run-now jobs)
+TokenScope = Literal["read", "write", "admin"]

@@ -6,10 +6,12 @@ Encoding writes the header then the tensors' own buffers (no re-serialisation); 
 from __future__ import annotations
 
 import json
+import mmap
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from schemas.featureset import LayerId
 from schemas.tensors import DTYPES, SAFETENSORS_TO_DTYPE, RawTensor, TensorLayout
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -59,12 +61,14 @@ def body_length(tensors: Iterable[RawTensor | TensorLayout], metadata: Mapping[s
 class ServedPart:
     """What a features body says it holds: which layers and tokens of the entry, and the hash of those bytes."""
 
-    layers: list
+    layers: list[LayerId]
     tokens: tuple[int, int]
     content_hash: str
 
 
-def covers_whole(stored_layers: list, num_tokens: int, layers: list, tokens: tuple[int, int]) -> bool:
+def covers_whole(
+    stored_layers: Sequence[LayerId], num_tokens: int, layers: Sequence[LayerId], tokens: tuple[int, int]
+) -> bool:
     """Whether a read of `layers` and `tokens` is the whole entry (so the entry's content hash covers it)."""
     return list(layers) == list(stored_layers) and tuple(tokens) == (0, num_tokens)
 
@@ -80,7 +84,7 @@ def parse_served(metadata: Mapping[str, str]) -> ServedPart:
 
 
 def served_metadata(
-    manifest_json: str, layers: list, tokens: tuple[int, int], served_hash: str, full: bool
+    manifest_json: str, layers: Sequence[LayerId], tokens: tuple[int, int], served_hash: str, full: bool
 ) -> dict[str, str]:
     """The header metadata of a features body: the manifest, and which layers and tokens were served with the hash
     of what was served (the content hash itself when everything was)."""
@@ -92,7 +96,7 @@ def encode(tensors: Iterable[RawTensor], metadata: Mapping[str, str]) -> bytes:
     return b"".join(encode_parts(tensors, metadata))
 
 
-def decode(body: bytes | bytearray | memoryview) -> Decoded:
+def decode(body: bytes | bytearray | memoryview | mmap.mmap) -> Decoded:
     """Parse a safetensors body; tensor data are views into `body`."""
     view = memoryview(body).cast("B")
     if view.nbytes < 8:

@@ -8,12 +8,13 @@ import re
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
+from schemas.states import TokenScope
 from service.errors import ConfigError
 
 CONFIG_ENV = "HSSTORE_CONFIG"
@@ -74,7 +75,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     # bearer token -> scopes (read, write, admin); empty means no auth (a single-user or loopback deployment)
-    tokens: dict[str, list[Literal["read", "write", "admin"]]] = Field(default_factory=dict)
+    tokens: dict[str, list[TokenScope]] = Field(default_factory=dict)
     allow_anonymous: bool = Field(
         default=False,
         description="serve without tokens on an address other than loopback (whoever reaches it can read and "
@@ -233,7 +234,7 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     @classmethod
-    def load(cls, config: Path | None = None, **overrides: object) -> Settings:
+    def load(cls, config: Path | None = None, **overrides: Any) -> Settings:
         """Settings from `overrides`, the environment and the TOML file `config` (else the one HSSTORE_CONFIG names)."""
         token = _CONFIG_FILE.set(config)
         try:

@@ -123,8 +123,9 @@ def export(
         features = client.fetch(manifest.feature_key(), layers=None if whole else chosen)
         hidden, input_ids = features.hidden_states, features.input_ids  # fp8 arrives dequantised to bf16
         hidden_size = int(hidden.shape[-1])
-        has_mask = features.loss_mask is not None
-        mask = features.loss_mask if has_mask else torch.ones(input_ids.shape, dtype=torch.uint8)
+        stored_mask = features.loss_mask
+        has_mask = stored_mask is not None
+        mask = stored_mask if stored_mask is not None else torch.ones(input_ids.shape, dtype=torch.uint8)
         provenance = {
             "layer_ids": ids,
             "layer_convention": CONVENTIONS[fmt].text,

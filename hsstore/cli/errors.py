@@ -86,11 +86,11 @@ def hoist_root_options(args: list[str]) -> list[str]:
 class ErrorReportingGroup(TyperGroup):
     """Every command's failure reported by `explain` and exit status 1; click's own usage errors stay as they are."""
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]  # typer's own
         """The root's options (`--debug`, `--url`, `--token`) anywhere on the line, not only before the command."""
         return super().parse_args(ctx, hoist_root_options(args))
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]  # typer hands in its own Context
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # usage errors and exits: click's own handling

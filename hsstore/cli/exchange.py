@@ -13,6 +13,7 @@ from hsstore.cli.inputs import key_lines, since_option
 from hsstore.cli.options import DtypeOption, client_of, console, progress_bar
 from schemas.exchange import ExportFormat
 from schemas.featureset import FeatureSet, parse_layers
+from schemas.keys import EntryFilters
 
 FormatOption = Annotated[ExportFormat, typer.Option("--format", help="specforge (DFlash .ckpt) or speculators")]
 
@@ -40,16 +41,17 @@ def export(
     from client.exchange import export as write_export
     from client.exchange import newest_versions
 
-    filters = {"model_revision": model_revision, "backend": backend, "featureset": featureset}
+    def filters(prompt: str | None, since: str | None = None) -> EntryFilters:
+        return EntryFilters(
+            prompt_hash=prompt, since=since, model_revision=model_revision, backend=backend, featureset=featureset
+        )
+
     with client_of(ctx) as client:
         if hashes is not None:
-            listed = [
-                m
-                for h in (line["prompt_hash"] for line in key_lines(hashes))
-                for m in client.entries(prompt_hash=h, **filters)
-            ]
+            prompts = (line["prompt_hash"] for line in key_lines(hashes))
+            listed = [m for h in prompts for m in client.entries(**filters(h))]
         else:
-            listed = list(client.entries(prompt_hash=prompt_hash, since=since_option(since), **filters))
+            listed = list(client.entries(**filters(prompt_hash, since_option(since))))
         chosen = parse_layers(layers) if layers else None
         try:
             holding = FeatureSet(layers=chosen, dtype=dtype) if chosen and featureset is None else None  # type: ignore[arg-type]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -17,7 +16,7 @@ class _JobsGroup(TyperGroup):
     """`hsstore jobs ID` shows that job, as `hsstore jobs show ID` does: a word that names no subcommand is a job
     id (or a prefix of one)."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple:
+    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple:  # type: ignore[override]  # typer's own
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["show", *args]
         return super().resolve_command(ctx, args)

@@ -23,7 +23,7 @@ def short_ids(values: Iterable[str], prefix: str = "") -> dict[str, str]:
     return {value: short[:width] for value, short in bare.items()}
 
 
-def table(header: Sequence[str], rows: list[Sequence[str]], right: frozenset[int] = frozenset()) -> None:
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: frozenset[int] = frozenset()) -> None:
     """Plain columns, two spaces apart; `right` holds the indices of right-aligned (numeric) columns."""
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
     for row in (header, *rows):

@@ -162,7 +162,7 @@ def estimate(
     out.table(("", "ESTIMATE", "FROM"), rows, frozenset({1}))
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
         if n < 1000 or unit == "PB":
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.2f} {unit}"

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from schemas.states import TokenScope
 from service.catalog.protocol import VersionCatalog
 from service.core.auditor import Auditor
 from service.core.datasets import Datasets
@@ -105,7 +106,7 @@ JobsDep = Annotated[JobQueue, Depends(get_queue)]
 DatasetsDep = Annotated[Datasets, Depends(get_datasets)]
 
 
-def _token_scopes(settings: Settings, token: str) -> list[str] | None:
+def _token_scopes(settings: Settings, token: str) -> list[TokenScope] | None:
     """The scopes of a presented token. The config holds `sha256:<hex>` digests of tokens (or, for a quick setup,
     tokens as they are); digests are compared in constant time, against every configured entry."""
     presented = hashlib.sha256(token.encode()).hexdigest()

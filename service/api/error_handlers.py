@@ -73,7 +73,7 @@ def error_frame(exc: Exception) -> bytes:
 def status_for(exc: errors.HsstoreError) -> int:
     for cls in type(exc).__mro__:
         if cls in STATUS:
-            return STATUS[cls]  # type: ignore[index]
+            return STATUS[cls]
     return 500
 
 
@@ -110,7 +110,9 @@ def _allowed(request: Request) -> list[str]:
 
 def methods_by_path(routers: Iterable[APIRouter]) -> list[tuple[re.Pattern[str], set[str]]]:
     """Each route's path pattern and methods: what a 405's Allow header lists for a path."""
-    return [(r.path_regex, set(r.methods)) for router in routers for r in router.routes if isinstance(r, APIRoute)]
+    return [
+        (r.path_regex, set(r.methods or ())) for router in routers for r in router.routes if isinstance(r, APIRoute)
+    ]
 
 
 class CatchAll:

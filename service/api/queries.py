@@ -19,6 +19,7 @@ from schemas.validation import describe_errors
 from service.errors import InvalidRequest
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class FeatureQuery:
     tokens: TokenRange | None
 
 
-def checked(check: Callable[[T], T], value: T | None) -> T | None:
+def checked(check: Callable[[T], R], value: T | None) -> R | None:
     """A schemas check of a value given (None passes), its ValueError turned into the API's InvalidRequest."""
     if value is None:
         return None

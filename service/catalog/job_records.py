@@ -49,7 +49,8 @@ class LeaseRecord(NamedTuple):
     expires_in_s: float
 
 
-class NewItem(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class NewItem:
     """An item as a job is created: which sample, for which backend, and the greedy completion it asks for."""
 
     index: int

@@ -146,7 +146,7 @@ class SqlJobStore(Dialect, ABC):
 
     def runnable_jobs(self, include_windowed: bool) -> list[JobRecord]:
         """Jobs with work left, highest priority first, then oldest; run-now jobs only unless the window is open."""
-        where, args = "state IN (?, ?)", [JobState.QUEUED, JobState.RUNNING]
+        where, args = "state IN (?, ?)", list[object]([JobState.QUEUED, JobState.RUNNING])
         if not include_windowed:
             where, args = where + " AND run_now = ?", [*args, True]
         with self.db.connection() as conn:

@@ -44,7 +44,7 @@ KEY_MATCH = " AND ".join(f"{column} = ?" for column in KEY_COLUMNS)
 
 def where_clause(where: EntryFilter, after_seq: int) -> tuple[str, list[object]]:
     """The WHERE clause (and its parameters) of a filtered listing."""
-    clauses, params = ["seq > ?"], [after_seq]
+    clauses, params = ["seq > ?"], list[object]([after_seq])
     for field, column in _FILTER_COLUMNS.items():
         if (value := getattr(where, field)) is None:
             continue

@@ -57,10 +57,10 @@ class FeatureReader:
                 "name model_revision, backend and/or featureset"
             )
         newest = max(found, key=lambda m: m.seq or 0)
-        if newest.corrupt:
+        if newest.corrupt and (found_at := newest.integrity) is not None:
             raise CorruptEntry(
-                f"stored entry {newest.content_hash} was found corrupt at {newest.integrity.checked_at} "
-                f"({newest.integrity.detail}); extracting it again (force) repairs it"
+                f"stored entry {newest.content_hash} was found corrupt at {found_at.checked_at} "
+                f"({found_at.detail}); extracting it again (force) repairs it"
             )
         return newest
 
@@ -204,7 +204,7 @@ class FeatureReader:
         expires = stamp(datetime.now(UTC) + timedelta(seconds=expires_s))
         return chunk_wire.DirectEntry(header=body.header, urls=urls, shard_offsets=offsets, expires_at=expires)
 
-    def chunk_pieces(self, manifest: Manifest, body: ChunkBody) -> Iterator[bytes]:
+    def chunk_pieces(self, manifest: Manifest, body: ChunkBody) -> Iterator[bytes | memoryview]:
         """The bytes of a chunk body, in pieces, as the store holds them. Every array is opened here, before the
         first byte is sent, so a missing blob is still an error response."""
         with _damage(manifest):

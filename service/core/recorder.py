@@ -14,6 +14,7 @@ from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import LayerStats, Manifest, TensorInfo, document_name
 from schemas.samples import ParsedSample
+from schemas.states import CompletionSource
 from schemas.tensors import RawTensor
 from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
@@ -29,7 +30,7 @@ def new_manifest(
     *,
     prompt_tokens: int,
     completion_tokens: int,
-    completion_source: str | None,
+    completion_source: CompletionSource | str | None,
     tensors: Iterable[RawTensor],
     layer_stats: list[LayerStats],
     fingerprint: Fingerprint,
@@ -48,7 +49,7 @@ def new_manifest(
         num_tokens=prompt_tokens + completion_tokens,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
-        completion_source=completion_source,
+        completion_source=CompletionSource(completion_source) if completion_source is not None else None,
         tensors={t.name: TensorInfo(dtype=t.dtype, shape=list(t.shape)) for t in tensors},
         layer_stats=layer_stats,
         fingerprint=fingerprint,

@@ -27,8 +27,10 @@ class TokenSequence:
     completion_source: str | None
 
 
-# one sequence, featureset, fused forwards or None -> [T, n_layers, H] hidden states and its heads
-Forward = Callable[[TokenSequence, FeatureSet, FusedForwards | None], tuple[torch.Tensor, dict]]
+# one sequence, featureset, fused forwards or None -> [T, n_layers, H] hidden states, its heads, its ids on the device
+Forward = Callable[
+    [TokenSequence, FeatureSet, FusedForwards | None], tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]
+]
 
 
 class BitChecks:
@@ -61,8 +63,8 @@ class BitChecks:
     def _fusion_keeps_bits(self, fused: FusedForwards) -> bool:
         every_layer = FeatureSet(layers=[*range(self.loaded.num_layers), FINAL_NORM])
         for probe in self._probes((300, 1000)):
-            eager, _ = self.forward(probe, every_layer, None)
-            with_fusion, _ = self.forward(probe, every_layer, fused)
+            eager, _, _ = self.forward(probe, every_layer, None)
+            with_fusion, _, _ = self.forward(probe, every_layer, fused)
             if not torch.equal(eager, with_fusion):
                 return False
         return True

@@ -139,14 +139,13 @@ def own_rows(body: nn.Module, rows: PackRows, fused: FusedForwards | None) -> It
     saved = [(module, module.__dict__.get("forward")) for module in targets]
     try:
         for module in targets:
-            if type(module) is nn.Linear:
-                module.forward = _linear(module, rows)
-            else:
-                module.forward = _per_sequence(module.forward, rows)
+            # an instance attribute shadows the class's forward for this module alone, until it is removed below
+            ours = _linear(module, rows) if type(module) is nn.Linear else _per_sequence(module.forward, rows)
+            module.forward = ours
         yield
     finally:
-        for module, forward in saved:
-            if forward is None:
+        for module, before in saved:
+            if before is None:
                 module.__dict__.pop("forward", None)
             else:
-                module.forward = forward
+                module.forward = before

@@ -34,7 +34,7 @@ class JobQueue:
         prepared = self.preparer.prepare(
             configured(self.spec), request.samples, request.featureset, request.backends, greedy
         )
-        items = []
+        items: list[NewItem] = []
         for index, sample in enumerate(prepared.samples):
             completion = sample.parsed.sample.completion
             wants_greedy = completion.greedy.max_new_tokens if completion and completion.greedy else None

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from schemas.api import ExtractRequest
+from schemas.api import ExtractRequest, ExtractResult
 from schemas.featureset import FeatureSet
 from schemas.manifest import Manifest
 from schemas.states import CompletionSource, Existing, ExtractStatus, ItemState, JobState
@@ -229,8 +229,12 @@ class JobRunner:
         if not self.jobs.pending_items(job.id, 1):
             self._finish(job)
 
-    def _extract(self, items: list[JobItem], featureset: FeatureSet, backend: str) -> list[tuple[JobItem, object]]:
-        def run(batch: list[JobItem]) -> list:
+    def _extract(
+        self, items: list[JobItem], featureset: FeatureSet, backend: str
+    ) -> list[tuple[JobItem, ExtractResult | str]]:
+        """Each item's result, or the message of the error that refused its sample."""
+
+        def run(batch: list[JobItem]) -> list[ExtractResult]:
             completions = {
                 position: (
                     item.completion_ids,
@@ -249,7 +253,7 @@ class JobRunner:
             return list(zip(items, run(items), strict=True))
         except SAMPLE_ERRORS:
             pass  # one sample spoiled the batch: find it by running them one by one
-        outcomes: list[tuple[JobItem, object]] = []
+        outcomes: list[tuple[JobItem, ExtractResult | str]] = []
         for item in items:
             try:
                 outcomes.append((item, run([item])[0]))

@@ -6,6 +6,7 @@ Qwen3.5/3.6 checkpoints use (weights under `model.language_model.*` plus a one-b
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -82,6 +83,12 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
+def token_id(tokenizer: PreTrainedTokenizerFast, token: str) -> int:
+    found = tokenizer.convert_tokens_to_ids(token)
+    assert isinstance(found, int), token
+    return found
+
+
 def text_config(tokenizer: PreTrainedTokenizerFast, num_layers: int = 8, head_dim: int = 16) -> Qwen3_5TextConfig:
     """`head_dim` 16 gives the 64-wide CPU model; 64 a 256-wide one whose shapes fla's GPU kernels are tuned for."""
     return Qwen3_5TextConfig(
@@ -97,11 +104,11 @@ def text_config(tokenizer: PreTrainedTokenizerFast, num_layers: int = 8, head_di
         linear_key_head_dim=head_dim,
         linear_value_head_dim=head_dim,
         linear_conv_kernel_dim=4,
-        full_attention_interval=4,
+        full_attention_interval=4,  # type: ignore[call-arg]  # a config field transformers' signature omits
         max_position_embeddings=65536,
         tie_word_embeddings=False,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.convert_tokens_to_ids("<|endoftext|>"),
+        eos_token_id=token_id(tokenizer, "<|im_end|>"),
+        pad_token_id=token_id(tokenizer, "<|endoftext|>"),
         dtype="bfloat16",
     )
 
@@ -133,7 +140,7 @@ def build_devmodel(out_dir: Path, multimodal: bool = False, num_layers: int = 8,
     torch.manual_seed(SEED)
     model: torch.nn.Module
     if multimodal:
-        ids = tokenizer.convert_tokens_to_ids
+        ids = functools.partial(token_id, tokenizer)
         full = Qwen3_5Config(
             text_config=config.to_dict(),
             vision_config={
@@ -157,7 +164,7 @@ def build_devmodel(out_dir: Path, multimodal: bool = False, num_layers: int = 8,
     else:
         model = Qwen3_5ForCausalLM(config)
     _randomise(model)
-    model = model.to(torch.bfloat16)
+    model.to(torch.bfloat16)  # type: ignore[arg-type]  # in place; transformers' wrapped `to` is mistyped
     model.save_pretrained(out_dir)
     GenerationConfig(
         eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=False

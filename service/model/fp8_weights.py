@@ -188,6 +188,7 @@ def quantize_in_place(model: nn.Module, scheme: Fp8Scheme) -> int:
     names = [name for name, module in model.named_modules() if _converted(name, module)]
     for name in names:
         linear = model.get_submodule(name)
+        assert isinstance(linear, nn.Linear)  # what _converted chose
         weight, scale = quantize_weight(linear.weight.data, scheme.block)
         _replace(model, name, Fp8Linear(weight, scale, scheme.block))
         del linear

@@ -30,7 +30,7 @@ from service.model.placement import devices_of, spread_layers
 class ModelSpec:
     """What is known of a model without its weights: enough to validate requests and label results."""
 
-    path: Path
+    path: Path | str  # as LoadedModel.path
     revision: str
     config: Any  # the text config
     architecture: str
@@ -74,7 +74,7 @@ class ModelSpec:
 
 @dataclass
 class LoadedModel:
-    path: Path
+    path: Path | str  # a model directory, or what names a model built in memory (`synthetic:…`)
     model: Any  # a transformers causal LM
     tokenizer: Any
     revision: str
@@ -123,7 +123,7 @@ def load_spec(model_dir: Path, revision: str, device: str = "auto") -> ModelSpec
         raise ModelUnavailable(f"{model_dir} is not a model directory (no config.json)")
     hf_logging.disable_progress_bar()
     config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
-    model_class = AutoModelForCausalLM._model_mapping[type(config)]  # what from_pretrained will build
+    model_class: type[Any] = AutoModelForCausalLM._model_mapping[type(config)]  # type: ignore[assignment]  # what from_pretrained will build
     weights = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
     quantization = getattr(config, "quantization_config", None)
     try:
@@ -168,7 +168,7 @@ def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa", devices: st
     finally:
         hf_logging.set_verbosity(verbosity)
     if spec.quantization is not None:
-        load_fp8_linears(model, spec.path, spec.quantization)
+        load_fp8_linears(model, Path(spec.path), spec.quantization)
     model.eval()
     model.requires_grad_(False)
     device_map = spread_layers(model, spread) if spread is not None else "single device"

@@ -40,7 +40,8 @@ def build_synthetic(device: str = "cuda", num_layers: int = 64, seed: int = 0) -
     config._attn_implementation = "sdpa"
     with torch.device("meta"):
         model = Qwen3_5ForCausalLM(config)
-    model = model.to_empty(device=device).to(torch.bfloat16)
+    model = model.to_empty(device=device)
+    model.to(torch.bfloat16)  # type: ignore[arg-type]  # in place; transformers' wrapped `to` is mistyped
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -12,6 +12,7 @@ from the bucket (`zarr.storage.ObjectStore`; tested).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -167,13 +168,12 @@ class ObjectZarrStore:
                 tensor.numpy(), chunk_shape(tensor.shape, self.chunk_tokens), {"dtype": tensor.dtype}, self.codec
             )
             shard = b"".join(encoded.shard)
-            _calling(
-                lambda e=encoded, s=shard, n=tensor.name: obstore.put(self.store, f"{prefix}/{n}/{e.shard_key}", s)
-            )
-            _calling(lambda e=encoded, n=tensor.name: obstore.put(self.store, f"{prefix}/{n}/zarr.json", e.metadata))
+            array = f"{prefix}/{tensor.name}"
+            _calling(functools.partial(obstore.put, self.store, f"{array}/{encoded.shard_key}", shard))
+            _calling(functools.partial(obstore.put, self.store, f"{array}/zarr.json", encoded.metadata))
             digests[tensor.name] = encoded.digests
         info = {t.name: {"dtype": t.dtype, "shape": list(t.shape)} for t in tensors}
-        group = {"attributes": {"hsstore": {"content_hash": content_hash, "tensors": info}}}
+        group: dict[str, Any] = {"attributes": {"hsstore": {"content_hash": content_hash, "tensors": info}}}
         group |= {"zarr_format": 3, "node_type": "group"}
         try:  # the commit point: the blob exists from here on
             _calling(lambda: obstore.put(self.store, f"{prefix}/{_GROUP}", json.dumps(group).encode(), mode="create"))
@@ -218,7 +218,9 @@ class ObjectZarrStore:
             raise KeyError(content_hash)
         return locate_arrays(lambda name: ObjectArray(self.store, f"{prefix}/{name}"), selection, written)
 
-    def read_located(self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]) -> Iterator[bytes]:
+    def read_located(
+        self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]
+    ) -> Iterator[bytes | memoryview]:
         """Fetched now, concurrently (adjacent chunks as one ranged GET each run): the service relays these bytes;
         direct reads let clients fetch them from the bucket themselves instead."""
         spans = [(start, stop - start) for start, stop in runs(chunks)]
@@ -286,7 +288,11 @@ class ObjectZarrStore:
         for batch in obstore.list(self.store, prefix="manifests/"):
             for meta in sorted(batch, key=lambda m: m["path"]):
                 name = meta["path"].rsplit("/", 1)[-1].removesuffix(".json")
-                yield name, bytes(_calling(lambda p=meta["path"]: obstore.get(self.store, p).bytes()))
+                yield name, bytes(_calling(functools.partial(_get_bytes, self.store, meta["path"])))
 
     def ping(self) -> None:
         _calling(lambda: obstore.list_with_delimiter(self.store, prefix="blobs/"))
+
+
+def _get_bytes(store: Any, path: str) -> Any:
+    return obstore.get(store, path).bytes()

@@ -85,7 +85,9 @@ class StoredChunks(Protocol):
         index are checked against `written`; ValueError for any difference). None if the blob is not in a layout
         whose chunks can be sent as they are; KeyError if absent."""
 
-    def read_located(self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]) -> Iterator[bytes]:
+    def read_located(
+        self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]
+    ) -> Iterator[bytes | memoryview]:
         """The stored bytes of `chunks` (as `locate` gave them) of one array, in order, in pieces of any size (a
         bytes-like object each); nothing is decoded or checked here: the reader checks every chunk."""
 

@@ -115,7 +115,7 @@ class ShardSource(Protocol):
     def tail(self, length: int) -> tuple[bytes | memoryview, int]:
         """The shard's last `length` bytes (its index), and the shard's size."""
 
-    def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
+    def read_many(self, spans: Sequence[tuple[int, int]]) -> Sequence[bytes | memoryview]:
         """The shard's bytes at each (offset, length), fetched concurrently where that helps."""
 
 
@@ -222,8 +222,7 @@ def read_array(
     if layout is None:
         return None
     chunk, dtype, grid = layout.chunk, layout.dtype, layout.grid
-    checked = written is not None and written.chunks is not None and written.check_digests
-    digests = written.chunks if checked else None
+    digests = written.chunks if written is not None and written.check_digests else None
     wanted = _wanted(selection, layout.shape)
     out = np.empty([len(w) for w in wanted], dtype=dtype)
     if out.size == 0:

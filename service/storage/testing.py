@@ -137,6 +137,7 @@ class StoredChunksTests:
         hidden = infos["hidden_states"]
         per_row = hidden.shape[1]  # chunks are one layer wide: a grid row holds one chunk per layer
         rows = {at // per_row for at, _, _ in located["hidden_states"].chunks}
+        assert hidden.chunks is not None
         tokens = hidden.chunks.shape[0]
         assert rows == set(range(70 // tokens, 200 // tokens + 1))  # only the chunk rows the tokens touch
         assert {at % per_row for at, _, _ in located["hidden_states"].chunks} == {0, 2}  # only the layers asked

@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import zarr
 
 from schemas.chunks import ChunkDigests, digests_of
@@ -145,6 +146,12 @@ class LocalZarrStore:
             raise KeyError(content_hash)
         return zarr.open_group(store=zarr.storage.LocalStore(path, read_only=True), mode="r", zarr_format=3)
 
+    def _zarr_array(self, content_hash: str, name: str) -> zarr.Array:
+        found = self._open(content_hash)[name]
+        if not isinstance(found, zarr.Array):
+            raise KeyError(f"{content_hash}/{name} is not an array")
+        return found
+
     def get(self, content_hash: str) -> dict[str, RawTensor]:
         return self.get_slice(content_hash, Selection())
 
@@ -169,7 +176,7 @@ class LocalZarrStore:
             written,
             check_digests,
             # not the layout we write: let zarr read it
-            lambda name, index: self._open(content_hash)[name].get_orthogonal_selection(index),
+            lambda name, index: np.asarray(self._zarr_array(content_hash, name).get_orthogonal_selection(index)),
         )
 
     def locate(
@@ -180,7 +187,9 @@ class LocalZarrStore:
             raise KeyError(content_hash)
         return locate_arrays(lambda name: LocalArray(root / name), selection, written)
 
-    def read_located(self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]) -> Iterator[bytes]:
+    def read_located(
+        self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]
+    ) -> Iterator[bytes | memoryview]:
         """Pieces of an mmap of the shard (no copy here; the socket reads the page cache): adjacent chunks, as a
         full read's all are, go out as one run, in pieces of at most `_PIECE`. The file is opened now."""
         root = self._path(content_hash) / name

@@ -114,7 +114,8 @@ class PostgresDatabase:
     def schema_version(self, part: str) -> int:
         """How many of a part's steps this database has had (0: none yet)."""
         with self.pool.connection() as conn:
-            if not conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()[0]:
+            found = conn.execute("SELECT to_regclass(%s)", (TABLE,)).fetchone()
+            if found is None or not found[0]:
                 return 0
             row = conn.execute(f"SELECT version FROM {TABLE} WHERE part = %s", (part,)).fetchone()
         return row[0] if row else 0
