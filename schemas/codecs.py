@@ -1,6 +1,6 @@
-"""The codecs a store writes its chunks with, chosen by measurement (`benchmarks/codecs.py`, table in the README):
-every one is a blosc configuration, so each chunk names its own codec in its blosc header and any of them reads back
-whatever the store's current setting is."""
+"""The codecs a store writes its chunks with, chosen by measurement (`benchmarks/codecs.py`, the table in
+docs/measurements.md): every one is a blosc configuration, so each chunk names its own codec in its blosc header and
+any of them reads back whatever the store's current setting is."""
 
 from __future__ import annotations
 

@@ -91,7 +91,8 @@ class Settings(BaseSettings):
     chunk_tokens: int = Field(default=256, ge=1, description="inner zarr chunk length along tokens")
     codec: StoreCodec = Field(
         default=DEFAULT_CODEC,
-        description="blosc codec new blobs are written with (the README's codec table); blobs of every codec read",
+        description="blosc codec new blobs are written with (docs/measurements.md's codec table); blobs of every "
+        "codec read",
     )
 
     pack_tokens: int = Field(

@@ -1,5 +1,5 @@
-"""The README's snippets run as written against the demo's store: its shell commands through the CLI, its Python
-through the client (the URL pointed at a live server over the demo's model and samples)."""
+"""The README's snippets, then the guide's, run as written against the demo's store: their shell commands through the
+CLI, their Python through the client (the URL pointed at a live server over the demo's model and samples)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ from hsstore.demo_prompts import PROMPTS
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
+GUIDE = (REPO / "docs" / "guide.md").read_text()
+DOCS = README + GUIDE  # in the order a reader meets them
 
 
 def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+    return re.findall(rf"```{language}\n(.*?)```", DOCS, flags=re.S)
 
 
 @pytest.fixture
@@ -34,12 +36,12 @@ def demo_store(live_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_the_snippets_run_in_order_against_the_demo_twice(demo_store: str) -> None:
-    """Every bash and Python block in the order a reader meets them, on one store; then all of it again, since a
-    reader who runs the README a second time must get no error either."""
+    """Every bash and Python block of the README and the guide in the order a reader meets them, on one store; then
+    all of it again, since a reader who runs them a second time must get no error either."""
     steps: list[str | object] = []  # a shell command, or the client snippet compiled against the demo's URL
-    for language, block in re.findall(r"```(bash|python)\n(.*?)```", README, flags=re.S):
+    for language, block in re.findall(r"```(bash|python)\n(.*?)```", DOCS, flags=re.S):
         if language == "python" and "FeatureClient(" in block:
-            steps.append(compile(block.replace("http://127.0.0.1:8000", demo_store), "README.md", "exec"))
+            steps.append(compile(block.replace("http://127.0.0.1:8000", demo_store), "README.md or guide.md", "exec"))
         elif language == "bash":
             steps += [line.split("#")[0].strip() for line in block.splitlines() if line.strip().startswith("hsstore ")]
     commands = [step for step in steps if isinstance(step, str)]
