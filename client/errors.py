@@ -24,7 +24,6 @@ class ConnectionFailedError(HsstoreError):
         super().__init__(message)
 
 
-ConnectionFailed = ConnectionFailedError  # its former name, kept for one release
 
 
 class NotHsstoreError(HsstoreError):

@@ -4,7 +4,6 @@ its transport."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Unpack
 
@@ -187,18 +186,11 @@ class ServiceCalls:
         completion: str | None = None,
         priority: int = 0,
         run_now: bool = False,
-        layers: FeatureSet | Sequence[LayerId] | None = None,
     ) -> JobStatus:
         """A warm job from samples, or from a JSONL upload as it is on disk (one sample per line). `featureset`: a
-        layer list or a whole FeatureSet (dtype, target_ids, top_k), as `extract` and `estimate` take it;
-        `layers=` is its old name, kept for one release."""
+        layer list or a whole FeatureSet (dtype, target_ids, top_k), as `extract` and `estimate` take it."""
         if (samples is None) == (jsonl is None):
             raise ValueError("give samples or jsonl")
-        if layers is not None:
-            if featureset is not None:
-                raise ValueError("give featureset (layers is its old name), not both")
-            warnings.warn("submit_job(layers=) is now featureset=", DeprecationWarning, stacklevel=2)
-            featureset = layers
         featureset = featureset_of(featureset)
         if jsonl is not None:
             params: dict[str, Any] = {"backend": list(backends), "priority": priority, "run_now": run_now}

@@ -130,6 +130,15 @@ def catalog_schema(settings: Settings) -> list[PartSchema] | None:
     return catalog_engine(settings).schema(settings)
 
 
+def catalog_location(settings: Settings) -> str:
+    """Where the catalog is, as a message may say it: the Postgres URL with its password hidden, or the file."""
+    if settings.catalog_url is not None:
+        from service.catalog.postgres.database import masked
+
+        return masked(settings.catalog_url)
+    return str(settings.catalog_path)
+
+
 # --- GPU hand-overs ---
 
 

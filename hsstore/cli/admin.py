@@ -52,6 +52,9 @@ def rebuild_catalog(data_dir: Path) -> None:
 
 def migrate(
     config: Annotated[Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="the store's directory, whose catalog.sqlite this is (overrides settings)")
+    ] = None,
     check: Annotated[
         bool, typer.Option(help="only report; exit 1 if a step is pending or the schema is newer")
     ] = False,
@@ -59,17 +62,19 @@ def migrate(
     """Bring the catalog's schema (HSSTORE_CATALOG_URL, or catalog.sqlite under the data directory) to this hsstore's
     version. Every process also migrates at start, once, under a lock; a process older than the schema refuses to
     start, so upgrade a cluster by migrating first, then restarting workers and replicas on the new version."""
-    from service.registry import build_catalog, catalog_schema
+    from service.registry import build_catalog, catalog_location, catalog_schema
     from service.settings import Settings
 
-    settings = Settings.load(config, model_dir=None)
+    settings = Settings.load(config, model_dir=None, **({"data_dir": data_dir} if data_dir is not None else {}))
+    where = catalog_location(settings)
     parts = catalog_schema(settings)
     if not check and (parts is None or any(p.state == "behind" for p in parts)):
         build_catalog(settings, read_only=False)[0].close()  # opening it applies the missing steps
         parts = catalog_schema(settings)
     if parts is None:
-        typer.echo("no catalog yet: the first process to start (or `hsstore migrate`) creates it")
+        typer.echo(f"no catalog yet at {where}: the first process to start (or `hsstore migrate`) creates it")
         raise typer.Exit(1 if check else 0)
+    typer.echo(f"catalog {where}")
     for part in parts:
         typer.echo(f"{part.part:9} {part.have} of {part.steps} steps  {part.state}")
     if any(p.state == "newer" for p in parts):

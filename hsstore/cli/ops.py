@@ -30,14 +30,9 @@ jobs_app = typer.Typer(
 @jobs_app.callback()
 def jobs(
     ctx: typer.Context,
-    cancel: Annotated[
-        str | None, typer.Option(help="cancel this job (kept for a release: say `hsstore jobs cancel ID`)")
-    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List warm jobs (or, with a subcommand, show or cancel one)."""
-    if cancel:
-        jobs_cancel(ctx, cancel)
     if ctx.invoked_subcommand is not None:
         return
     with client_of(ctx) as client:

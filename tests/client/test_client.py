@@ -124,10 +124,7 @@ def test_auth_scopes(settings, tiny_loaded) -> None:
         assert http.get("/healthz").status_code == 200
 
 
-def test_submit_job_takes_featureset_as_extract_does_and_layers_as_its_old_name(client: FeatureClient) -> None:
-    with pytest.raises(ValueError, match="not both"):
-        client.submit_job([{"text": "x"}], featureset=[1], layers=[1])
-    with pytest.warns(DeprecationWarning, match="featureset="):
-        old = client.submit_job([{"text": "def f(): pass"}], layers=["embed", 2])
-    new = client.submit_job([{"text": "def f(): pass"}], featureset=["embed", 2])
-    assert old.featureset_id == new.featureset_id == FeatureSet(layers=["embed", 2]).id
+def test_submit_job_takes_featureset_as_extract_does(client: FeatureClient) -> None:
+    as_layers = client.submit_job([{"text": "def f(): pass"}], featureset=["embed", 2])
+    as_object = client.submit_job([{"text": "def f(): pass"}], featureset=FeatureSet(layers=["embed", 2]))
+    assert as_layers.featureset_id == as_object.featureset_id == FeatureSet(layers=["embed", 2]).id

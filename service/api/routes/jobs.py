@@ -94,13 +94,6 @@ def job_status(job_id: str, jobs: JobsDep) -> JobStatus:
     return jobs.status(job_id)
 
 
-@router.delete(
-    "/v1/jobs/{job_id}",
-    dependencies=[WriteScope],
-    summary="Cancel a job: `POST /v1/jobs/{id}/cancel`, kept for a release (a DELETE that leaves the job readable)",
-    responses=errors(401, 403, 404, 409),
-    deprecated=True,
-)
 @router.post(
     "/v1/jobs/{job_id}/cancel",
     dependencies=[WriteScope],

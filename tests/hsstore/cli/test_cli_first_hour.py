@@ -232,7 +232,6 @@ def test_jobs_print_ids_that_paste_back(live_url: str, prompts: Path) -> None:
     assert json.loads(ok("jobs", "show", short, "--json", "--url", live_url))["id"] == job_id
     assert invoke("jobs", "cancel", short, "--url", live_url).exit_code == 0
     assert f"job {job_id}: done" in ok("jobs", short, "--url", live_url)  # a done job stays done
-    assert invoke("jobs", "--url", live_url, "--cancel", short).exit_code == 0  # the option kept for a release
     (line, *_) = failed("jobs", "ffffff", "--url", live_url)
     assert "no job" in line
 

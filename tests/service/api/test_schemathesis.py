@@ -5,8 +5,7 @@ validation does (#24). Two disagreements are deliberate, each allowed here by wh
   5.0 and 5 differ, so a sample's token ids are integers as written (`schemas/validation.py`);
 - an import body that is not a safetensors features body: its format is beyond what a schema can say of bytes.
 
-The deprecated `DELETE /v1/jobs/{id}` (a cancel that leaves the job readable) is left out, and the response time
-allowed is long: an audit of every stored entry on the CPU takes what it takes."""
+The response time allowed is long: an audit of every stored entry on the CPU takes what it takes."""
 
 from __future__ import annotations
 
@@ -42,7 +41,6 @@ def test_schemathesis_finds_no_mismatch_but_the_deliberate_two(live_url: str, tm
         f"{live_url}/openapi.json",
         "--checks",
         "all",
-        "--exclude-deprecated",
         "--max-examples",
         "12",
         "--seed",

@@ -182,3 +182,17 @@ def test_hsstore_migrate_reports_applies_and_refuses_a_newer_schema(
     newer = runner.invoke(app, ["migrate"], env=env)
     assert newer.exit_code == 1 and "kv        2 of 1 steps  newer" in newer.output, newer.output
     assert "migrated by a newer hsstore than this one" in newer.output
+
+
+def test_hsstore_migrate_takes_the_store_directory_and_names_the_catalog_it_read(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from hsstore.cli import app
+
+    runner = CliRunner()
+    missing = runner.invoke(app, ["migrate", "--check", "--data-dir", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and f"no catalog yet at {tmp_path / 'none' / 'catalog.sqlite'}" in missing.output
+    made = runner.invoke(app, ["migrate", "--data-dir", str(tmp_path / "store")])
+    assert made.exit_code == 0 and f"catalog {tmp_path / 'store' / 'catalog.sqlite'}" in made.output, made.output
+    checked = runner.invoke(app, ["migrate", "--check", "--data-dir", str(tmp_path / "store")])
+    assert checked.exit_code == 0 and checked.output.count("current") == 3, checked.output
