@@ -24,8 +24,6 @@ class ConnectionFailedError(HsstoreError):
         super().__init__(message)
 
 
-
-
 class NotHsstoreError(HsstoreError):
     """Something answered, but not as an hsstore service does (an HTML page, another API, a proxy's error)."""
 
