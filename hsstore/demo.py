@@ -81,7 +81,7 @@ def main() -> None:
             console.print(f"opened a manual window until {state.closes_at}; submitting the warm job")
             started = time.perf_counter()
             job = client.submit_job(PROMPTS)
-            while job.state in ("queued", "running"):
+            while job.state.active:
                 time.sleep(0.2)
                 job = client.job(job.id)
             elapsed = time.perf_counter() - started

@@ -40,7 +40,7 @@ def hub_commit(model_dir: Path) -> str | None:
 
 
 def model_revision(model_dir: Path, file_hashes: dict[str, str] | None = None) -> str:
-    """DESIGN.md's model_revision; `file_hashes` (relative path -> sha256) may come from a cache."""
+    """docs/design.md's model_revision; `file_hashes` (relative path -> sha256) may come from a cache."""
     if commit := hub_commit(model_dir):
         return commit
     if file_hashes is None:

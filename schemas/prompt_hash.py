@@ -9,7 +9,7 @@ from typing import Any
 
 
 def canonical_json(obj: Any) -> bytes:
-    """DESIGN.md's canonical form: sorted keys, no whitespace, UTF-8 kept as is."""
+    """docs/design.md's canonical form: sorted keys, no whitespace, UTF-8 kept as is."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 

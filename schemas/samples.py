@@ -1,4 +1,4 @@
-"""Samples as DESIGN.md defines them: one prompt form plus an optional completion, validated strictly.
+"""Samples as docs/design.md defines them: one prompt form plus an optional completion, validated strictly.
 
 Validation never rewrites a sample: the prompt hash is taken over the JSON exactly as the caller sent it (minus `id`),
 so client and service agree without the service's parsing getting in the way.
@@ -19,7 +19,7 @@ NonEmptyText = Annotated[str, Field(min_length=1)]
 
 
 class InvalidSampleError(ValueError):
-    """A sample that does not follow DESIGN.md's sample format; `index` is its place in a request."""
+    """A sample that does not follow docs/design.md's sample format; `index` is its place in a request."""
 
     def __init__(self, message: str, index: int | None = None) -> None:
         self.index = index

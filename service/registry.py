@@ -144,13 +144,13 @@ def catalog_location(settings: Settings) -> str:
 
 def _memory_saver(settings: Settings) -> GpuHandover:
     if not settings.sglang_url:
-        raise ValueError("handover = memory_saver needs sglang_url")
+        raise ConfigError("handover = memory_saver needs sglang_url")
     return MemorySaverHandover(settings.sglang_url, settings.handover_timeout_s)
 
 
 def _commands(settings: Settings) -> GpuHandover:
     if not (settings.sglang_stop_command and settings.sglang_start_command and settings.sglang_url):
-        raise ValueError("handover = commands needs sglang_stop_command, sglang_start_command and sglang_url")
+        raise ConfigError("handover = commands needs sglang_stop_command, sglang_start_command and sglang_url")
     return CommandHandover(
         settings.sglang_stop_command, settings.sglang_start_command, settings.sglang_url, settings.handover_timeout_s
     )

@@ -9,6 +9,7 @@ import typer
 
 from schemas.job_api import JobStatus, WindowState
 from schemas.manifest import Manifest
+from schemas.states import JobState
 
 SHORT = 10  # hex digits of a shortened id: unique in practice, lengthened where two printed ids would collide
 
@@ -54,7 +55,7 @@ def print_entries(entries: list[Manifest]) -> None:
 
 
 def job_state(job: JobStatus) -> str:
-    return "waiting" if job.waiting_for_window and job.state == "queued" else job.state
+    return "waiting" if job.waiting_for_window and job.state == JobState.QUEUED else job.state.value
 
 
 def print_jobs(jobs: list[JobStatus]) -> None:

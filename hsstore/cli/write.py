@@ -234,7 +234,7 @@ def warm(
                     note = " (waiting for a window)" if status.waiting_for_window else ""
                     rate = f" {status.tokens_per_s:,.0f} tok/s" if status.tokens_per_s else ""
                     progress.update(task, completed=status.done + status.failed, description=f"warm{rate}{note}")
-                    if status.state not in ("queued", "running"):
+                    if not status.state.active:
                         break  # the last frame shows the finished count
                     time.sleep(1.0)
                     status = client.job(status.id)

@@ -1,4 +1,4 @@
-"""prompt_hash and content_hash recomputed from DESIGN.md's words alone (no project import for the hashing), and
+"""prompt_hash and content_hash recomputed from docs/design.md's words alone (no project import for the hashing), and
 matched against what the service stores and the client receives."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def design_prompt_hash(sample: dict) -> str:
 
 
 def design_content_hash(body: bytes) -> str:
-    """Parse the safetensors body by hand and hash each tensor in name order as DESIGN.md says."""
+    """Parse the safetensors body by hand and hash each tensor in name order as docs/design.md says."""
     (length,) = struct.unpack("<Q", body[:8])
     header = json.loads(body[8 : 8 + length])
     header.pop("__metadata__", None)

@@ -42,3 +42,9 @@ def test_every_handover_setting_has_its_row_and_the_tables_name_their_engines() 
     assert set(HANDOVERS) == set(get_args(Settings.model_fields["handover"].annotation))
     assert isinstance(HANDOVERS["none"](Settings()), NoHandover)
     assert {None, "s3", "file"} <= set(STORES) and {None, "postgresql"} <= set(CATALOGS)
+
+
+@pytest.mark.parametrize(("handover", "missing"), [("memory_saver", "sglang_url"), ("commands", "sglang_stop_command")])
+def test_a_handover_missing_what_it_needs_is_a_config_error_naming_it(handover: str, missing: str) -> None:
+    with pytest.raises(ConfigError, match=missing):
+        HANDOVERS[handover](Settings(handover=handover))  # type: ignore[arg-type]

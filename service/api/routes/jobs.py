@@ -44,7 +44,7 @@ async def submit(
     priority: Annotated[int, Query()] = 0,
     run_now: Annotated[bool, Query()] = False,
 ) -> JobStatus:
-    """A JSON JobRequest body, or a JSONL upload (one DESIGN.md sample per line) with the options as query params."""
+    """A JSON JobRequest body, or a JSONL upload (a sample per line, docs/design.md) with the options as queries."""
     body = await request.body()
     content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
     try:
