@@ -103,7 +103,7 @@ def test_jsonl_upload_several_backends_cancel_and_errors(settings: Settings, tin
         job_id = job.json()["id"]
         assert job.json()["total"] == 6 and job.json()["priority"] == 3
         wait_for(lambda: status(http, job_id)["done"] >= 1, what="started")
-        cancelled = http.delete(f"/v1/jobs/{job_id}").json()
+        cancelled = http.post(f"/v1/jobs/{job_id}/cancel").json()
         assert cancelled["state"] == "cancelled"
         time.sleep(0.8)
         assert status(http, job_id)["done"] < 6
