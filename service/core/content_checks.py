@@ -63,7 +63,6 @@ class ContentChecks:
         stats: Sequence[LayerStats],
         rows: Sequence[RowCounts],
         tokens: int,
-        token_changes: int,
     ) -> list[str]:
         """The flags to store with the entry; ImplausibleFeatures (nothing stored) naming the check that failed."""
         for layer, counted in zip(stats, rows, strict=True):
@@ -77,9 +76,9 @@ class ContentChecks:
                     f"layer {layer.layer}: {counted.constant} of {tokens} rows are constant (all-zero or padding rows; "
                     f"more than {self.constant_share:.0%} is refused, `content_constant_rows`); nothing was stored"
                 )
-            if token_changes and counted.repeated > self.repeated_share * token_changes:
+            if counted.changed and counted.repeated > self.repeated_share * counted.changed:
                 raise ImplausibleFeatures(
-                    f"layer {layer.layer}: {counted.repeated} of the {token_changes} rows whose token differs from "
+                    f"layer {layer.layer}: {counted.repeated} of the {counted.changed} rows whose token differs from "
                     "the one before repeat the row before (no causal model computes the same state at every "
                     f"position; more than {self.repeated_share:.0%} is refused, `content_repeated_rows`); nothing was "
                     "stored"

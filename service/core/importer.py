@@ -28,7 +28,7 @@ from service.core.import_checks import ImportChecks
 from service.core.recorder import Recorder, new_manifest
 from service.errors import InvalidRequest, InvalidSample
 from service.extraction.extractor import Extractor
-from service.extraction.stats import layer_stats, layer_summary, row_counts, token_changes
+from service.extraction.stats import layer_stats, layer_summary, row_counts
 from service.model.manager import ModelManager
 
 _LAYOUT = {HIDDEN_STATES: "bfloat16", "input_ids": "int32", "loss_mask": "uint8"}
@@ -83,7 +83,7 @@ class FeatureImporter:
                 f"backend {backend!r} is as the importer stated it, not measured: the manifest records it as stated"
             )
         key = EntryKey(parsed.prompt_hash, request.model_revision, backend, featureset.id)
-        flags = self.checks.check(key, stats, row_counts(summary), tokens, token_changes(ids.tolist()))
+        flags = self.checks.check(key, stats, row_counts(summary), tokens)
         existing = self.versions.versions(key)
         measured = [m for m in existing if m.fingerprint.imported_from is None]
         if measured and request.content_hash not in {m.content_hash for m in existing}:

@@ -153,9 +153,7 @@ class FeatureWriter:
             try:
                 extraction = pending.wait()
                 tokens = extraction.prompt_tokens + extraction.completion_tokens
-                flags = self.checks.check(
-                    key, extraction.layer_stats, extraction.rows, tokens, extraction.token_changes
-                )
+                flags = self.checks.check(key, extraction.layer_stats, extraction.rows, tokens)
                 # the manifest is made from these tensors' hash: added without hashing them again
                 manifest = new_manifest(
                     key,

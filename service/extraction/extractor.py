@@ -26,7 +26,7 @@ from service.extraction.bit_checks import BitChecks, TokenSequence
 from service.extraction.own_rows import PackRows, own_rows
 from service.extraction.packing import Pack, pack_inputs, per_sequence, plan_packs
 from service.extraction.results import Extraction, Labels, PendingExtraction
-from service.extraction.stats import layer_summary, token_changes
+from service.extraction.stats import layer_summary
 from service.model.encode import EncodedPrompt
 from service.model.fp8_weights import gemm_counts
 from service.model.fused import EAGER, FUSED, FusedForwards
@@ -245,7 +245,6 @@ class Extractor:
             seq.prompt_tokens,
             length - seq.prompt_tokens,
             seq.completion_source,
-            token_changes(seq.ids),
         )
         return PendingExtraction(host, summary, done, labels, forward)
 

@@ -20,7 +20,6 @@ class Extraction:
     tensors: list[RawTensor]
     layer_stats: list[LayerStats]
     rows: list[RowCounts]  # per layer: what the content checks judge of its rows
-    token_changes: int  # how many tokens differ from the one before
     fingerprint: Fingerprint
     prompt_tokens: int
     completion_tokens: int
@@ -37,7 +36,6 @@ class Labels:
     prompt_tokens: int
     completion_tokens: int
     completion_source: str | None
-    token_changes: int
 
 
 class PendingExtraction:
@@ -66,7 +64,6 @@ class PendingExtraction:
             tensors=[from_torch(name, tensor) for name, tensor in self._host.items()],
             layer_stats=layer_stats(self._summary, labels.layers, labels.label),
             rows=row_counts(self._summary),
-            token_changes=labels.token_changes,
             fingerprint=labels.fingerprint,
             prompt_tokens=labels.prompt_tokens,
             completion_tokens=labels.completion_tokens,
