@@ -9,10 +9,11 @@ Which imports: a systematic fault sits in every file of a dump, so checking one 
 in 16 through. So the first `first` imports of every import run (`ImportRequest.run`: one `hsstore import`) and of
 every new source (a model revision and format never checked `first` times) are checked, then one in `every`. Once a
 check fails, the rest of that run is checked one by one (refused where the weights are not loaded), and what the run
-stored before is marked suspect (its versions' audit; `hsstore health` lists them). Imports stored unchecked (no
-weights loaded then) are checked later by `hsstore audit --imports` (`check_stored`). A run's state lives in the
-catalog's key/value table, so every replica sees it; two replicas importing one run at once can each miss the
-other's last count, which checks more, never less.
+stored unchecked is marked suspect (its versions' audit; `hsstore health` lists them). Without the weights, an import
+due a check, and every import of a run none of whose imports agreed yet, is stored marked unchecked; `hsstore audit
+--imports` checks those once the weights are here (`check_stored`), and one that disagrees fails its run. A run's
+state lives in the catalog's key/value table, so every replica sees it; two replicas importing one run at once can
+each miss the other's last count, which checks more, never less.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import torch
 
@@ -76,7 +78,6 @@ class Verdict:
 
     status: AuditStatus  # AGREES, or UNCHECKED: due a check that could not run
     detail: str
-    agreement: Agreement | None = None
 
 
 class ImportChecks:
@@ -96,9 +97,9 @@ class ImportChecks:
         self.every = every
         self.cosine = cosine
 
-    def why(self, request: ImportRequest, parsed: ParsedSample) -> Why:
-        if request.run is not None:
-            run = self._run(request.run)
+    def why(self, request: ImportRequest, parsed: ParsedSample, run: dict[str, Any] | None) -> Why:
+        """`run`: the state of the import's run (None: it names none)."""
+        if run is not None:
             if run["failed"]:
                 return Why.RUN_FAILED
             if run["checked"] < self.first:
@@ -116,17 +117,18 @@ class ImportChecks:
         and warnings. InvalidRequest when it disagrees, or when its run failed and there are no weights to check.
         Without the weights, a due import (and every import of a run none of whose imports agreed yet) is stored
         marked unchecked, for `hsstore audit --imports` to check once they are here."""
-        why = self.why(request, parsed)
+        run = self._run(request.run) if request.run is not None else None
+        why = self.why(request, parsed, run)
         models = self.models
         assert models is not None and models.spec.revision == request.model_revision  # the importer's precondition
         if not models.loaded:
-            if why is Why.RUN_FAILED:
+            if run is not None and why is Why.RUN_FAILED:
                 raise InvalidRequest(
-                    f"import run {request.run} failed a spot check ({self._run(request.run or '')['failed']}), so "
-                    "each of its imports is checked against the model, and its weights are not loaded here now: "
-                    "nothing was stored (import again once they are, or fix the dump)"
+                    f"import run {request.run} failed a spot check ({run['failed']}), so each of its imports is "
+                    "checked against the model, and its weights are not loaded here now: nothing was stored (import "
+                    "again once they are, or fix the dump)"
                 )
-            unvetted = request.run is not None and self._run(request.run)["checked"] == 0
+            unvetted = run is not None and run["checked"] == 0
             if why is Why.NOT_SAMPLED and not unvetted:
                 return None, []
             reason = why.value if why is not Why.NOT_SAMPLED else "its run has no import checked yet"
@@ -145,7 +147,7 @@ class ImportChecks:
                 f"disagree with the imported ones ({agreement.describe()}): shifted by a token, another request's, or "
                 f"another model's; nothing was stored{also}"
             )
-        return Verdict(AuditStatus.AGREES, agreement.describe(), agreement), []
+        return Verdict(AuditStatus.AGREES, agreement.describe()), []
 
     def after_storing(self, request: ImportRequest, manifest: Manifest, verdict: Verdict | None) -> None:
         """Record the verdict on the stored version, and count an agreeing check in its run."""
@@ -204,7 +206,7 @@ class ImportChecks:
             self._record(manifest, AuditStatus.SUSPECT, f"not checked; its import run failed a check: {detail}")
         return len(unchecked)
 
-    def _run(self, run: str) -> dict:
+    def _run(self, run: str) -> dict[str, Any]:
         found = self.kv.kv_get(_run_key(run))
         return json.loads(found) if found else {"checked": 0, "failed": None}
 
