@@ -5,16 +5,23 @@
 
 per mix, in turn:
   naive  HF `model(input_ids, output_hidden_states=True)` (logits included), one sequence at a time, layers picked
-         from the tuple: the forward alone, nothing copied or written.
+         from the tuple: the forward alone, nothing copied or written; over the mix's first `--naive-tokens` (its
+         tok/s is per sequence, so a prefix measures it as the whole would, in a fraction of the time).
   e2e    the service's extraction path: FeatureWriter.extract over the same sequences (fixed-shape packs of
          `--pack-tokens` on CUDA, the fused elementwise forwards once proven bit-equal, side-stream copy to pinned
          memory, hashing + compression + zarr write + catalog in writer threads).
-  lean   the packed lean forward alone (no hash or write): what the writing pipeline leaves of it.
+  lean   the packed lean forward alone (no hash or write): what the writing pipeline leaves of it, over the first
+         `--lean-tokens` of the mix.
+
+`--target fp8` quantizes the target in place first (Qwen's `-FP8` layout: e4m3 weights in 128 x 128 blocks), so
+every side runs the FP8 target. The record says how full the packs were (`fill`: real tokens over pack rows), which
+policy ran, and where one short-mix pack's GPU time goes.
 
 Then an audit of stored entries of both mixes (each re-extracted alone in a pack, so with other neighbours than
 when it was stored) and compare reports fla vs torch and fla vs fla-noconv. Prints ratios, writes one JSON record.
 
-    python benchmarks/extract.py --out benchmarks/results/extract-h200.json
+    python benchmarks/extract.py --short-tokens 1000000 --long-tokens 1000000 --naive-tokens 150000 \
+        --lean-tokens 300000 --out benchmarks/results/extract-h200.json   # then --target fp8, fp8-target-h200.json
 """
 
 from __future__ import annotations
@@ -36,12 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.records import record_header
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
+from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.keys import FeatureKey
 from schemas.samples import parse_sample
 from service.extraction.packing import plan_packs
 from service.main import build_services
-from service.model.synthetic import build_synthetic
+from service.model.synthetic import build_synthetic, to_fp8
 from service.settings import Settings
 
 GB = 1e9
@@ -83,6 +91,24 @@ class Utilization:
 
 def peak_since(base: int) -> float:
     return (torch.cuda.max_memory_allocated() - base) / GB
+
+
+def prefix(sequences: list[list[int]], tokens: int) -> list[list[int]]:
+    """The first sequences holding at least `tokens` tokens (all of them for 0)."""
+    out: list[list[int]] = []
+    for ids in sequences:
+        if tokens and sum(map(len, out)) >= tokens:
+            break
+        out.append(ids)
+    return out
+
+
+def fill(lengths: list[int], policy: PackPolicy | None) -> dict:
+    """How full the packs of a job are: real tokens over the rows of every pack planned for it."""
+    if policy is None:
+        return {"packs": len(lengths), "fill": 1.0}
+    packs = plan_packs(lengths, policy)
+    return {"packs": len(packs), "fill": sum(lengths) / sum(pack.shape for pack in packs)}
 
 
 def naive(model: torch.nn.Module, sequences: list[list[int]], layers: list[int]) -> tuple[float, float]:
@@ -152,6 +178,10 @@ def main() -> None:
     parser.add_argument("--short-tokens", type=int, default=100_000)
     parser.add_argument("--long-tokens", type=int, default=200_000)
     parser.add_argument("--layers", type=int, default=64, help="decoder layers of the 27B-shaped model")
+    parser.add_argument("--target", choices=("bf16", "fp8"), default="bf16")
+    parser.add_argument("--naive-tokens", type=int, default=0, help="naive over a prefix of each mix (0: all)")
+    parser.add_argument("--lean-tokens", type=int, default=0, help="lean over a prefix of each mix (0: all)")
+    parser.add_argument("--tuning-sequences", type=int, default=24, help="the untimed first pass's sequences")
     parser.add_argument("--pack-tokens", type=int, default=16384)
     parser.add_argument("--writers", type=int, default=4, help="writer threads (more contend for the GIL)")
     parser.add_argument(
@@ -167,9 +197,11 @@ def main() -> None:
     record: dict = {**record_header()}
     started = time.perf_counter()
     loaded = build_synthetic("cuda", num_layers=args.layers)
+    converted = to_fp8(loaded) if args.target == "fp8" else 0
     record["model"] = {
         "shape": "Qwen3.5-27B",
-        "layers": args.layers,
+        "target": args.target,
+        "fp8_linear_layers": converted,
         "weights_gb": torch.cuda.memory_allocated() / GB,
         "params_b": sum(p.numel() for p in loaded.model.parameters()) / 1e9,
         "build_s": time.perf_counter() - started,
@@ -227,22 +259,29 @@ def main() -> None:
         sequences = random_ids(lengths, vocab, seed=20 + seed)
         total = sum(lengths)
         record[f"{mix}_tokens"], record[f"{mix}_sequences"] = total, len(lengths)
+        record[f"{mix}_packs"] = fill(lengths, extractor.pack_policy)
         items = [(spec.encode(parse_sample({"token_ids": ids}), 1 << 20), "lean") for ids in sequences]
-        # fla's Triton kernels compile and autotune per shape: one untimed pass over every length first (the naive
-        # side's forward sees the same lengths), so neither side is charged for tuning
-        record[f"{mix}_tuning_pass_s"] = lean(items)
+        # fla's Triton kernels compile and autotune on their first calls (keyed by head shapes, not by length): an
+        # untimed pass over sequences of the mix's whole range first, so neither side is charged for tuning
+        by_length = sorted(range(len(items)), key=lambda i: lengths[i])
+        spread = [items[by_length[i * len(items) // args.tuning_sequences]] for i in range(args.tuning_sequences)]
+        record[f"{mix}_tuning_pass_s"] = lean(spread if len(items) > args.tuning_sequences else items)
         naive(loaded.model, sequences[:2], layers)
+        naive_sequences = prefix(sequences, args.naive_tokens)
+        record[f"{mix}_naive_tokens"] = sum(map(len, naive_sequences))
         # side by side, the order swapped between the mixes
         order = ("naive", "e2e") if seed == 0 else ("e2e", "naive")
         for name in order:
             if name == "naive":
-                elapsed, peak = naive(loaded.model, sequences, layers)
+                elapsed, peak = naive(loaded.model, naive_sequences, layers)
+                done = record[f"{mix}_naive_tokens"]
             else:
                 elapsed, peak, seen = e2e(sequences, mix)
+                done = total
                 record[f"{mix}_e2e_gpu_idle_share"] = seen["gpu_idle_share"]
                 record[f"{mix}_e2e_write_wait_s"] = seen["write_wait_s"]
-            record[f"{mix}_{name}_tok_s"], record[f"{mix}_{name}_peak_gb"] = total / elapsed, peak
-            print(f"{mix} {name}: {total / elapsed:.0f} tok/s, peak activations {peak:.2f} GB", flush=True)
+            record[f"{mix}_{name}_tok_s"], record[f"{mix}_{name}_peak_gb"] = done / elapsed, peak
+            print(f"{mix} {name}: {done / elapsed:.0f} tok/s over {done} tokens, peak {peak:.2f} GB", flush=True)
         print(
             f"{mix} e2e: GPU idle {record[f'{mix}_e2e_gpu_idle_share']} of the time (nvidia-smi), "
             f"waits on writers {record[f'{mix}_e2e_write_wait_s']}",
@@ -253,7 +292,10 @@ def main() -> None:
             elapsed, _, seen = e2e(sequences, f"{mix}-w{writers}", writers)
             sweep[writers] = {"tok_s": total / elapsed, **seen}
             print(f"{mix} e2e with {writers} writers: {sweep[writers]}", flush=True)
-        record[f"{mix}_lean_tok_s"] = total / lean(items)
+        lean_items = items[: len(prefix(sequences, args.lean_tokens))]
+        record[f"{mix}_lean_tokens"] = sum(len(encoded.prompt_ids) for encoded, _ in lean_items)
+        record[f"{mix}_lean_tok_s"] = record[f"{mix}_lean_tokens"] / lean(lean_items)
+        record[f"{mix}_e2e_over_lean"] = record[f"{mix}_e2e_tok_s"] / record[f"{mix}_lean_tok_s"]
         record[f"{mix}_speedup"] = record[f"{mix}_e2e_tok_s"] / record[f"{mix}_naive_tok_s"]
         record[f"{mix}_peak_ratio"] = record[f"{mix}_e2e_peak_gb"] / record[f"{mix}_naive_peak_gb"]
         print(
@@ -326,7 +368,9 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2))
     keys = [
-        f"{m}_{k}" for m in MIXES for k in ("e2e_tok_s", "naive_tok_s", "lean_tok_s", "speedup", "e2e_gpu_idle_share")
+        f"{m}_{k}"
+        for m in MIXES
+        for k in ("e2e_tok_s", "naive_tok_s", "lean_tok_s", "e2e_over_lean", "speedup", "packs", "e2e_gpu_idle_share")
     ]
     print(json.dumps({k: record[k] for k in [*keys, "audit_total", "audit_reproduced", "policy"]}))
 

@@ -33,12 +33,10 @@ from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from schemas.manifest import HIDDEN_STATES
-from schemas.model_revision import synthetic_revision
 from schemas.samples import parse_sample
 from schemas.torch_tensors import to_torch
 from service.main import build_services
-from service.model.fp8_weights import Fp8Scheme, quantize_in_place
-from service.model.synthetic import QWEN3_5_27B, build_synthetic
+from service.model.synthetic import QWEN3_5_27B, build_synthetic, to_fp8
 from service.settings import Settings
 
 GB = 1e9
@@ -196,15 +194,11 @@ def main() -> None:
     print("bfloat16 target", flush=True)
     bf16 = measure(loaded, settings, featureset, args.backend, mixes, compare, args.audit)
 
-    scheme = Fp8Scheme()
     t = time.perf_counter()
-    record["converted_layers"] = quantize_in_place(loaded.model, scheme)
+    record["converted_layers"] = to_fp8(loaded)
     torch.cuda.synchronize()
     record["quantize_s"] = time.perf_counter() - t
-    torch.cuda.empty_cache()
     record["fp8_weights_gb"] = torch.cuda.memory_allocated() / GB
-    loaded.quantization = scheme
-    loaded.revision = synthetic_revision({**QWEN3_5_27B, "num_hidden_layers": args.layers, **scheme.config()}, 0)
     print(f"FP8 target ({record['converted_layers']} layers converted in {record['quantize_s']:.1f} s)", flush=True)
     fp8_settings = settings.model_copy(update={"data_dir": store / "fp8"})
     fp8 = measure(loaded, fp8_settings, featureset, args.backend, mixes, compare, args.audit)

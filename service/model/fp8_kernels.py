@@ -18,13 +18,14 @@ SMALLEST_NORMAL = tl.constexpr(1.1754943508222875e-38)
 
 
 @triton.jit
-def _quantize_kernel(x_ptr, q_ptr, scale_ptr, rows, groups, x_stride, GROUPS: tl.constexpr, FP8_MAX: tl.constexpr):
+def _quantize_kernel(x_ptr, q_ptr, scale_ptr, m, rows, groups, x_stride, GROUPS: tl.constexpr, FP8_MAX: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     columns = group[:, None] * 128 + tl.arange(0, 128)[None, :]
     inside = (group < groups)[:, None]
-    x = tl.load(x_ptr + row * x_stride + columns, mask=inside, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * x_stride + columns, mask=inside & (row < m), other=0.0).to(tl.float32)
     scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=1), FP8_MAX), SMALLEST_NORMAL)
+    scale = tl.where(row < m, scale, 1.0)  # a padding row: zeros with scale 1
     q = tl.math.div_rn(x, scale[:, None])
     tl.store(q_ptr + row * (groups * 128) + columns, q.to(tl.float8e4nv), mask=inside)
     tl.store(scale_ptr + group * rows + row, scale, mask=group < groups)
@@ -37,10 +38,8 @@ def quantize_rows(rows: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.
     groups = k // 128
     quantized = torch.empty(padded, k, dtype=torch.float8_e4m3fn, device=rows.device)
     scales = torch.empty(groups, padded, dtype=torch.float32, device=rows.device)
-    if padded > m:
-        quantized[m:].zero_()
-        scales[:, m:].fill_(1.0)
-    _quantize_kernel[(m, triton.cdiv(groups, GROUPS))](
-        rows, quantized, scales, padded, groups, rows.stride(0), GROUPS=GROUPS, FP8_MAX=448.0
+    # the padding rows in the same launch: a pack runs this per sequence per layer, and launches are what it waits on
+    _quantize_kernel[(padded, triton.cdiv(groups, GROUPS))](
+        rows, quantized, scales, m, padded, groups, rows.stride(0), GROUPS=GROUPS, FP8_MAX=448.0
     )
     return quantized, scales.t()

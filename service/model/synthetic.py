@@ -12,6 +12,7 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5TextRotaryEmbedd
 
 from schemas.model_revision import synthetic_revision
 from service.model.devmodel import build_tokenizer
+from service.model.fp8_weights import Fp8Scheme, quantize_in_place
 from service.model.kernels import KernelSet
 from service.model.loader import LoadedModel
 
@@ -69,3 +70,16 @@ def build_synthetic(device: str = "cuda", num_layers: int = 64, seed: int = 0) -
         torch.device(device),
         KernelSet.for_model(model),
     )
+
+
+def to_fp8(loaded: LoadedModel, scheme: Fp8Scheme | None = None) -> int:
+    """The synthetic target quantized in place as Qwen's `-FP8` releases are (its bfloat16 weights go layer by layer),
+    under the revision such a checkpoint would have: how many linear layers were converted."""
+    scheme = scheme or Fp8Scheme()
+    converted = quantize_in_place(loaded.model, scheme)
+    shape = {**QWEN3_5_27B, "num_hidden_layers": loaded.config.num_hidden_layers}
+    loaded.quantization = scheme
+    loaded.revision = synthetic_revision({**shape, **scheme.config()}, 0)
+    if loaded.device.type == "cuda":
+        torch.cuda.empty_cache()
+    return converted

@@ -21,12 +21,11 @@ from client.computation import compute_features
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from schemas.model_revision import synthetic_revision
 from schemas.torch_tensors import to_torch
 from service.main import build_services
-from service.model.fp8_weights import Fp8Scheme, gemm_counts, quantize_in_place
+from service.model.fp8_weights import gemm_counts
 from service.model.loader import LoadedModel
-from service.model.synthetic import QWEN3_5_27B, build_synthetic
+from service.model.synthetic import QWEN3_5_27B, build_synthetic, to_fp8
 from service.settings import Settings
 from tests.conftest import REPO
 from tests.gpu.marks import needs_gpu_with
@@ -122,11 +121,8 @@ def test_stored_features_are_the_models_own_forward_at_the_27b_width(bf16, backe
 
 def test_the_fp8_targets_stored_features_are_its_own_forward_at_the_27b_width(bf16, tmp_path: Path) -> None:
     loaded, _ = bf16
-    scheme = Fp8Scheme()
-    converted = quantize_in_place(loaded.model, scheme)  # the last test of the module: the model stays FP8
+    converted = to_fp8(loaded)  # the last test of the module: the model stays FP8
     assert converted and gemm_counts(loaded.model) == {"scaled-mm-blockwise": converted}
-    loaded.quantization = scheme
-    loaded.revision = synthetic_revision({**QWEN3_5_27B, "num_hidden_layers": LAYERS, **scheme.config()}, 0)
     services = build_services(Settings(data_dir=tmp_path / "fp8", device="cuda", pack_tokens=PACK), loaded)
     try:
         _assert_model_own_forward(loaded, services, Backend.FLA)
