@@ -10,7 +10,9 @@ import typer
 from hsstore.cli.inputs import key_lines, since_option
 from hsstore.cli.options import JsonOption, client_of, console
 
-dataset_app = typer.Typer(help="Dataset snapshots: exactly these versions, by one id", no_args_is_help=True)
+dataset_app = typer.Typer(
+    help="Dataset snapshots: exactly these versions, by one id", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @dataset_app.command("create")

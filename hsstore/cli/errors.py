@@ -1,15 +1,12 @@
-"""The root group of the CLI: what it says when a command fails (one or two lines: what failed, what to do; no
-traceback unless `--debug` or HSSTORE_DEBUG=1), and the root's options taken anywhere on the line."""
+"""What the CLI says when a command fails: one or two lines, what failed and what to do; no traceback unless
+`--debug` or HSSTORE_DEBUG=1 (the root group, group.py, reports through `explain`)."""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
-import typer
 from pydantic import ValidationError
-from typer.core import TyperGroup
 
 from schemas.jsonl import JsonlError
 from schemas.validation import describe_errors
@@ -56,50 +53,3 @@ def explain(exc: Exception) -> tuple[str, str | None]:
 
 def debug_requested() -> bool:
     return os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes") or "--debug" in sys.argv
-
-
-# The root's options, which a user may give anywhere on the line (`hsstore entries --url X`): name -> takes a value
-ROOT_OPTIONS = {"--debug": False, "--url": True, "--token": True}
-
-
-def hoist_root_options(args: list[str]) -> list[str]:
-    """`args` with the root's options (and their values) moved in front of the command, up to a `--`."""
-    hoisted: list[str] = []
-    rest: list[str] = []
-    position = 0
-    while position < len(args):
-        arg = args[position]
-        if arg == "--":
-            rest.extend(args[position:])
-            break
-        name = arg.split("=", 1)[0]
-        if name in ROOT_OPTIONS:
-            width = 2 if ROOT_OPTIONS[name] and "=" not in arg else 1
-            hoisted.extend(args[position : position + width])
-            position += width
-            continue
-        rest.append(arg)
-        position += 1
-    return hoisted + rest
-
-
-class ErrorReportingGroup(TyperGroup):
-    """Every command's failure reported by `explain` and exit status 1; click's own usage errors stay as they are."""
-
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]  # typer's own
-        """The root's options (`--debug`, `--url`, `--token`) anywhere on the line, not only before the command."""
-        return super().parse_args(ctx, hoist_root_options(args))
-
-    def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]  # typer hands in its own Context
-        try:
-            return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, typer.TyperException):  # usage errors and exits: click's own handling
-            raise
-        except Exception as exc:
-            if ctx.params.get("debug") or debug_requested():
-                raise
-            message, hint = explain(exc)
-            typer.echo(f"error: {message}", err=True)
-            if hint:
-                typer.echo(f"  {hint}", err=True)
-            raise typer.Exit(1) from None

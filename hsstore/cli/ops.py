@@ -23,7 +23,10 @@ class _JobsGroup(TyperGroup):
 
 
 jobs_app = typer.Typer(
-    help="Warm jobs: list them (no subcommand), show one, cancel one", cls=_JobsGroup, invoke_without_command=True
+    help="Warm jobs: list them (no subcommand), show one, cancel one",
+    cls=_JobsGroup,
+    invoke_without_command=True,
+    rich_markup_mode=None,
 )
 
 
@@ -128,7 +131,9 @@ def health(ctx: typer.Context) -> None:
         raise typer.Exit(1)
 
 
-window_app = typer.Typer(help="Downtime windows: when SGLang lends the GPU", no_args_is_help=True)
+window_app = typer.Typer(
+    help="Downtime windows: when SGLang lends the GPU", no_args_is_help=True, rich_markup_mode=None
+)
 
 
 @window_app.command("status")

@@ -10,7 +10,7 @@ import typer
 
 from hsstore.cli import output as out
 from hsstore.cli.inputs import resolve_content_hash, resolve_prompt_hash, since_option
-from hsstore.cli.options import JsonOption, client_of, console
+from hsstore.cli.options import client_of, console
 
 
 def get(
@@ -51,6 +51,11 @@ def get(
         typer.echo(f"wrote {out_file} ({len(body):,} bytes, safetensors): {tensors}")
 
 
+# What `entries --json` leaves out unless --full: the featureset's id stays, its layers and the fingerprint (a
+# hundred lines an entry) go
+BULKY = {"fingerprint", "featureset", "layer_stats"}
+
+
 def entries(
     ctx: typer.Context,
     prompt_hash: Annotated[str | None, typer.Option(help="a prompt hash or a prefix of one")] = None,
@@ -60,7 +65,10 @@ def entries(
     since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="entries per page")] = 50,
     cursor: Annotated[str | None, typer.Option(help="the cursor a previous page printed")] = None,
-    as_json: JsonOption = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON object per line and entry (whole ids), instead of columns")
+    ] = False,
+    full: Annotated[bool, typer.Option("--full", help="with --json: each entry whole, fingerprint included")] = False,
 ) -> None:
     """List stored entry versions, oldest first, one page at a time. Printed ids are unique prefixes that every
     command accepts."""
@@ -75,7 +83,10 @@ def entries(
             cursor=cursor,
         )
     if as_json:
-        typer.echo(page.model_dump_json(indent=2))
+        for entry in page.entries:
+            typer.echo(entry.model_dump_json(exclude=None if full else BULKY))
+        if page.next_cursor is not None:  # stdout stays one entry per line
+            typer.echo(f"more: hsstore entries --json --cursor {page.next_cursor} (with the same filters)", err=True)
         return
     if page.entries:
         out.print_entries(page.entries)

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from hsstore.cli import admin, datasets, exchange, ops, read, write
-from hsstore.cli.errors import ErrorReportingGroup
+from hsstore.cli.group import ErrorReportingGroup
 from hsstore.cli.options import DEFAULT_URL, Connection, TokenOption, UrlOption
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's own help: typer's panels show every flag as `<bool>`, as if it took a value
 )
 for command in (
     write.extract,

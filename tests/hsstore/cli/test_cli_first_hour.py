@@ -45,6 +45,11 @@ def failed(*args: str, env: dict[str, str] | None = None) -> list[str]:
     return lines
 
 
+def listed(*args: str) -> list[dict[str, Any]]:
+    """`hsstore entries --json ...`: one JSON object per line and entry."""
+    return [json.loads(line) for line in ok("entries", "--json", *args).splitlines()]
+
+
 def write_jsonl(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -66,7 +71,7 @@ def test_connection_refused_names_the_url_and_how_to_set_it() -> None:
 def test_url_and_token_belong_to_the_root_and_go_anywhere_on_the_line() -> None:
     import typer.main
 
-    from hsstore.cli.errors import hoist_root_options
+    from hsstore.cli.group import hoist_root_options
 
     def commands(group: Any) -> list[Any]:  # a group's leaf commands, through its subgroups (`window open`)
         found: list[Any] = []
@@ -151,7 +156,7 @@ def test_jsonl_mistakes_are_named_by_file_and_line_and_nothing_is_sent(
     empty = write_jsonl(tmp_path / "empty.jsonl", ["", "  "])
     (line,) = failed(command, str(empty), "--url", live_url)
     assert "holds no samples" in line
-    assert json.loads(ok("entries", "--url", live_url, "--json"))["entries"] == []
+    assert listed("--url", live_url) == []
     assert json.loads(ok("jobs", "--url", live_url, "--json")) == []
 
 
@@ -186,8 +191,7 @@ def test_listed_ids_paste_back_and_fit_80_columns(live_url: str, prompts: Path, 
     rows = listing.splitlines()
     assert rows[0].split() == ["PROMPT", "TOKENS", "BACKEND", "FEATURESET", "CONTENT", "CREATED"]
     assert all(len(row) <= 80 for row in rows), listing
-    page = json.loads(ok("entries", "--url", live_url, "--json"))
-    for row, manifest in zip(rows[1:], page["entries"], strict=True):
+    for row, manifest in zip(rows[1:], listed("--url", live_url), strict=True):
         prompt, _, _, featureset, content, *_ = row.split()
         assert manifest["prompt_hash"].startswith(prompt) and manifest["featureset_id"] == featureset
         shown = ok("get", prompt, "--url", live_url, "--featureset", featureset, "--content-hash", content)
@@ -205,18 +209,34 @@ def test_listed_ids_paste_back_and_fit_80_columns(live_url: str, prompts: Path, 
 
 def test_entries_filters_and_pages(live_url: str, prompts: Path) -> None:
     ok("extract", str(prompts), "--url", live_url)
-    everything = json.loads(ok("entries", "--url", live_url, "--json"))["entries"]
+    everything = listed("--url", live_url)
+    assert len(everything) == 3 and not {"fingerprint", "layer_stats", "featureset"} & set(everything[0])
+    assert everything[0]["featureset_id"] and everything[0]["content_hash"]
+    whole = listed("--url", live_url, "--full")
+    assert [m["content_hash"] for m in whole] == [m["content_hash"] for m in everything]
+    assert whole[0]["fingerprint"]["torch"] and whole[0]["layer_stats"]
     one = everything[1]["prompt_hash"]
-    only = json.loads(ok("entries", "--url", live_url, "--json", "--prompt-hash", one[:8]))["entries"]
+    only = listed("--url", live_url, "--prompt-hash", one[:8])
     assert [m["prompt_hash"] for m in only] == [one]
-    assert len(json.loads(ok("entries", "--url", live_url, "--json", "--backend", "torch"))["entries"]) == 3
-    assert json.loads(ok("entries", "--url", live_url, "--json", "--since", "2999-01-01"))["entries"] == []
-    assert len(json.loads(ok("entries", "--url", live_url, "--json", "--since", "1h"))["entries"]) == 3
+    assert len(listed("--url", live_url, "--backend", "torch")) == 3
+    assert listed("--url", live_url, "--since", "2999-01-01") == []
+    assert len(listed("--url", live_url, "--since", "1h")) == 3
+    paged = invoke("entries", "--json", "--url", live_url, "--limit", "2")
+    assert len(paged.stdout.splitlines()) == 2 and "more: hsstore entries --json --cursor" in paged.stderr
     first = invoke("entries", "--url", live_url, "--limit", "2")
     assert len(first.stdout.splitlines()) == 3 and "more: hsstore entries --cursor" in first.stderr
     cursor = first.stderr.split("--cursor ")[1].split()[0]
     rest = ok("entries", "--url", live_url, "--limit", "2", "--cursor", cursor).splitlines()
     assert len(rest) == 2 and rest[1].split()[0] == everything[2]["prompt_hash"][:10]
+
+
+def test_help_names_what_each_option_takes_and_the_root_options() -> None:
+    said = ok("entries", "--help")
+    assert "<bool>" not in said and "<str>" not in said, said
+    assert "--featureset ID" in said and "--limit N" in said and "--json " in said and "--json <" not in said
+    assert "--url URL, --token TOKEN, --debug" in " ".join(said.split())  # the root's, named in a subcommand's help
+    assert "--debug  " in ok("--help") and "<bool>" not in ok("--help")
+    assert "--minutes X" in ok("window", "open", "--help")
 
 
 def test_jobs_print_ids_that_paste_back(live_url: str, prompts: Path) -> None:
