@@ -104,8 +104,23 @@ class Exactly:
 def read_exactly(body: Body, n: int) -> bytearray:
     buffer = bytearray(n)
     if fill(memoryview(buffer), body) != n:
-        raise IntegrityError("the body ended inside a frame")
+        raise IntegrityError(f"the body ended before its {n} bytes")
     return buffer
+
+
+class Buffered:
+    """A body already in memory, read as any other: what a response without a Content-Length becomes (a proxy's
+    chunked encoding), so that every format's receiver is handed a body and its length."""
+
+    def __init__(self, data: bytearray, like: Body) -> None:
+        self.status, self.headers = like.status, like.headers
+        self._data, self._at = memoryview(data), 0
+
+    def readinto(self, view: memoryview) -> int:
+        n = min(view.nbytes, self._data.nbytes - self._at)
+        view[:n] = self._data[self._at : self._at + n]
+        self._at += n
+        return n
 
 
 class HttpxBody:

@@ -8,21 +8,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
-from client.bodies import Body, Connections, Exactly, at_end, content_length, read_all, read_exactly
+from client.bodies import Buffered, Connections, Exactly, at_end, content_length, read_all, read_exactly
 from client.cache import FeatureCache
 from client.chunk_checks import DeferredCopy
 from client.direct import read_direct
 from client.errors import IntegrityError
-from client.features import Features, decode_verified
+from client.features import Features
 from client.keys import KeyLike, batch_item, part_of_parts, snapshot_key
-from client.receive import Verify, decode_any, receive_chunks
+from client.receive import Verify, receive
 from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
-from schemas import chunk_wire, datasets, wire
+from schemas import datasets, wire
 from schemas.api import (
     BatchItem,
     BatchRequest,
@@ -31,16 +31,11 @@ from schemas.api import (
 )
 from schemas.chunk_wire import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
-from schemas.http import DEFAULT_URL, SAFETENSORS_MEDIA_TYPE
+from schemas.http import BY_FRAME_KIND, DEFAULT_URL, ERROR_FRAME, BodyFormat, accept_header, format_of
 from schemas.keys import FeatureKey
 from schemas.tokens import TokenRange
 
 Tokens = tuple[int | None, int | None] | TokenRange | str
-WireFormat = Literal["chunks", "safetensors"]
-
-
-def _is_chunks(body: Body) -> bool:
-    return body.headers.get("content-type", "").startswith(chunk_wire.MEDIA_TYPE)
 
 
 class FeatureClient(ServiceCalls):
@@ -56,7 +51,7 @@ class FeatureClient(ServiceCalls):
         http: httpx.Client | None = None,
         cache: FeatureCache | str | Path | None = None,
         max_connections: int = 16,
-        wire_format: WireFormat = "chunks",
+        wire_format: BodyFormat | str = BodyFormat.CHUNKS,
         verify: Verify = "chunks",
         direct_reads: bool = False,
     ) -> None:
@@ -76,12 +71,9 @@ class FeatureClient(ServiceCalls):
         self.cache = FeatureCache(cache) if isinstance(cache, str | Path) else cache
         self._pool: ThreadPoolExecutor | None = None
         self._max_connections = max_connections
-        self.wire_format = wire_format
+        self.wire_format = BodyFormat(wire_format)
         self.verify = verify
-        accepted = (
-            [chunk_wire.MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE] if wire_format == "chunks" else [SAFETENSORS_MEDIA_TYPE]
-        )
-        self._accept = {"accept": ", ".join(accepted)}
+        self._accept = {"accept": accept_header(self.wire_format)}
         self.direct_reads = direct_reads
         self._objects = Connections(timeout)  # no bearer token: presigned URLs carry their own
 
@@ -168,10 +160,15 @@ class FeatureClient(ServiceCalls):
         """One features body from the service, verified (`defer`: as `receive_chunks` takes it)."""
         path = f"/v1/features/{key.prompt_hash}"
         with self._transport.stream("GET", path, params=params, headers=self._accept) as body:
+            form = format_of(body.headers.get("content-type"))
             length = content_length(body)
-            if _is_chunks(body) and length is not None:
-                return receive_chunks(body, length, self.verify, defer)
-            return decode_any(read_all(body), _is_chunks(body), self.verify), None
+            if length is None:  # no Content-Length (a proxy's chunked encoding): the body whole, then as any other
+                whole = read_all(body)
+                return receive(form, Buffered(whole, body), len(whole), self.verify, defer)
+            received = receive(form, body, length, self.verify, defer)
+            if not at_end(body):
+                raise IntegrityError(f"the body runs past its {length} bytes")
+            return received
 
     def get_many(self, keys: Sequence[KeyLike]) -> list[Features]:
         """Every key fetched in parallel over the connection pool; results in order."""
@@ -226,14 +223,12 @@ class FeatureClient(ServiceCalls):
                 try:
                     length, kind = wire.FRAME_PREFIX.unpack(read_exactly(response, wire.FRAME_PREFIX.size))
                     frame = Exactly(response, length)
-                    if kind == wire.ERROR:
+                    if kind == ERROR_FRAME:
                         raise batch_error(index, item, memoryview(read_exactly(frame, length)))
-                    if kind == wire.CHUNKS:
-                        features = self._kept(receive_chunks(frame, length, self.verify)[0])
-                    elif kind == wire.FEATURES:
-                        features = self._kept(decode_verified(read_exactly(frame, length)))
-                    else:
+                    if kind not in BY_FRAME_KIND:
                         raise IntegrityError(f"unknown frame kind {kind}")
+                    form = BY_FRAME_KIND[kind].format
+                    features = self._kept(receive(form, frame, length, self.verify)[0])
                 except IntegrityError as exc:
                     raise IntegrityError(f"keys[{index}] (prompt_hash {item.prompt_hash[:12]}…): {exc}") from None
                 received.append(features)

@@ -1,4 +1,5 @@
-"""Receiving features bodies: the chunk wire format decoded and verified while it arrives, safetensors as before.
+"""Receiving features bodies, one receiver per body format (RECEIVERS): the chunk wire format decoded and verified
+while it arrives, safetensors checked against its hash.
 
 A chunk body is received into recycled host memory (`client.host_memory`: no page faults and zero-fill per read),
 as are the arrays it decodes into, and each chunk is handed to a thread pool as soon as its last byte is in: there its
@@ -9,13 +10,14 @@ numpy's copies release the GIL, so the pool decodes on every core while the rece
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from math import prod
 from typing import Literal
 
 import numpy as np
 
-from client.bodies import Body, fill
+from client.bodies import Body, fill, read_exactly
 from client.chunk_checks import DeferredCopy
 from client.decode_pool import decoders, scratch_block
 from client.errors import IntegrityError
@@ -25,6 +27,7 @@ from schemas import chunk_wire
 from schemas.chunks import ChunkDigests, as_positions, grid, touched, unflatten
 from schemas.content_hash import content_hash
 from schemas.frames import FrameError, chunk_bytes
+from schemas.http import BodyFormat
 from schemas.manifest import HIDDEN_SCALES, Manifest
 from schemas.tensors import DTYPES, RawTensor
 from schemas.wire import WireFormatError
@@ -207,8 +210,18 @@ def receive_chunks(
     return features, decoder.deferred()
 
 
-def decode_any(body: bytes | bytearray | memoryview, chunks: bool, verify: Verify = "chunks") -> Features:
-    """A features body in either wire format, verified."""
-    if chunks:
-        return decode_chunks(body, verify)
-    return decode_verified(body)
+def _safetensors(body: Body, length: int, verify: Verify, defer: str | None) -> tuple[Features, None]:
+    """Safetensors: the service decoded it; its hash is checked here whatever `verify` says."""
+    return decode_verified(read_exactly(body, length)), None
+
+
+Receiver = Callable[[Body, int, Verify, str | None], tuple[Features, ReceivedCopy | None]]
+# How each body format is read (schemas.http.BODY_FORMATS lists them)
+RECEIVERS: dict[BodyFormat, Receiver] = {BodyFormat.CHUNKS: receive_chunks, BodyFormat.SAFETENSORS: _safetensors}
+
+
+def receive(
+    form: BodyFormat, body: Body, length: int, verify: Verify = "chunks", defer: str | None = None
+) -> tuple[Features, ReceivedCopy | None]:
+    """A features body of `length` bytes in format `form`, verified (`defer`: as `receive_chunks` takes it)."""
+    return RECEIVERS[form](body, length, verify, defer)

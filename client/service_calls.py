@@ -24,7 +24,7 @@ from schemas.api import (
 )
 from schemas.estimates import EstimateReport, EstimateRequest
 from schemas.featureset import FeatureSet, LayerId
-from schemas.http import SAFETENSORS_MEDIA_TYPE
+from schemas.http import BODY_FORMATS, BodyFormat
 from schemas.job_api import JobList, JobRequest, JobStatus, WindowOpenRequest, WindowState, WorkerLease, WorkerList
 from schemas.keys import EntryFilter, EntryFilters
 from schemas.manifest import Manifest
@@ -173,7 +173,7 @@ class ServiceCalls:
         loss_mask uint8 [T] optional), under `request.content_hash`, which the service checks against the bytes.
         `hsstore import` reads SpecForge and speculators files into this (`client.exchange`)."""
         body = b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
-        headers = {"content-type": SAFETENSORS_MEDIA_TYPE}
+        headers = {"content-type": BODY_FORMATS[BodyFormat.SAFETENSORS].media_type}
         return self._transport.call(ImportResult, "POST", "/v1/entries:import", content=body, headers=headers)
 
     def submit_job(

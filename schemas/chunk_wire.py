@@ -10,8 +10,8 @@ codec and the index of the chunks sent: (position in the chunk grid, offset in t
 checks the header's crc32c, that the index names exactly the chunks the served part needs with the digests the
 manifest recorded, each chunk's crc32c, and each decoded chunk's digest, then trims the chunks to the part.
 
-Negotiated: a client that lists `MEDIA_TYPE` in its Accept header gets this; any other gets safetensors
-(`schemas.wire`), as does every entry written before chunk digests were recorded.
+Negotiated (`schemas.http.BODY_FORMATS`): a client that lists the chunks' media type in its Accept header gets this;
+any other gets safetensors (`schemas.wire`), as does every entry written before chunk digests were recorded.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from schemas.featureset import LayerId
 from schemas.manifest import LAYER_ARRAYS, Manifest
 from schemas.wire import WireFormatError
 
-MEDIA_TYPE = "application/x-hsstore-chunks"
 MAGIC, VERSION = b"HSCK", 1
 _PREFIX = struct.Struct("<4sBI")
 _CRC = 4

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from schemas.featureset import LayerId
+from schemas.http import BY_FRAME_KIND, ERROR_FRAME
 from schemas.tensors import DTYPES, SAFETENSORS_TO_DTYPE, RawTensor, TensorLayout
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -130,12 +131,10 @@ def decode(body: bytes | bytearray | memoryview | mmap.mmap) -> Decoded:
 
 
 # A batch response is a sequence of frames, one per key in order, each an 8-byte little-endian length, a 1-byte
-# kind and then its body: a safetensors body (FEATURES), a chunk body (CHUNKS, `schemas.chunk_wire`, for a client
-# that accepts it), or the error envelope `{"error": {"code", "message"}}` as JSON (ERROR) for a key that could not
-# be served once the response had begun; the other frames still arrive. A client slices every body out of one
-# receive buffer without copying.
+# kind and then its body: a features body in a format the client accepts (its kind: `schemas.http.BODY_FORMATS`),
+# or the error envelope `{"error": {"code", "message"}}` as JSON (ERROR_FRAME) for a key that could not be served
+# once the response had begun; the other frames still arrive.
 FRAME_PREFIX = struct.Struct("<QB")
-FEATURES, ERROR, CHUNKS = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +159,7 @@ def split_frames(body: bytes | bytearray | memoryview) -> list[Frame]:
             raise WireFormatError("truncated frame prefix")
         length, kind = FRAME_PREFIX.unpack_from(view, offset)
         offset += FRAME_PREFIX.size
-        if kind not in (FEATURES, ERROR, CHUNKS):
+        if kind != ERROR_FRAME and kind not in BY_FRAME_KIND:
             raise WireFormatError(f"unknown frame kind {kind}")
         if offset + length > view.nbytes:
             raise WireFormatError(f"frame of {length} bytes runs past the body")

@@ -10,9 +10,10 @@ from fastapi import Depends, Header, Path, Query
 from pydantic import ValidationError
 
 from schemas import backend as backend_names
-from schemas import chunk_wire, keys
+from schemas import http, keys
 from schemas.backend import STORED_BACKENDS
 from schemas.featureset import LAYERS_PATTERN, MAX_TOP_K, FeatureDtype, LayerId, parse_layers
+from schemas.http import BODY_FORMATS, BodyFormat
 from schemas.keys import FeatureKey
 from schemas.tokens import TOKENS_PATTERN, TokenRange, parse_token_range
 from schemas.validation import describe_errors
@@ -109,15 +110,19 @@ def feature_query(
     return FeatureQuery(key, checked(parse_layers, layers), checked(parse_token_range, tokens))
 
 
-def accepts_chunks(
+def accepted_formats(
     accept: Annotated[
-        str | None, Header(description=f"list `{chunk_wire.MEDIA_TYPE}` to receive the stored chunks as they lie")
+        str | None,
+        Header(
+            description="the body formats the client reads, in its order of preference: "
+            + ", ".join(f"`{spec.media_type}` ({name})" for name, spec in BODY_FORMATS.items())
+        ),
     ] = None,
-) -> bool:
-    """Whether the client takes the chunk wire format (any other client gets safetensors)."""
-    return accept is not None and chunk_wire.MEDIA_TYPE in accept
+) -> list[BodyFormat]:
+    """The formats the client takes, in its order (safetensors last whatever it lists)."""
+    return http.accepted(accept)
 
 
 KeyQueryDep = Annotated[FeatureKey, Depends(key_query)]
-AcceptsChunksDep = Annotated[bool, Depends(accepts_chunks)]
+AcceptedDep = Annotated[list[BodyFormat], Depends(accepted_formats)]
 FeatureQueryDep = Annotated[FeatureQuery, Depends(feature_query)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -14,7 +14,7 @@ from schemas.api import EntriesPage
 from schemas.backend import measured_first
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId, nearest_holding
-from schemas.http import SAFETENSORS_MEDIA_TYPE, SERVED_HASH_HEADER
+from schemas.http import BODY_FORMATS, FALLBACK, SERVED_HASH_HEADER, BodyFormat
 from schemas.keys import CURSOR, EntryFilter, FeatureKey
 from schemas.manifest import LAYER_ARRAYS, Manifest
 from schemas.tensors import RawTensor, TensorLayout
@@ -37,6 +37,11 @@ class FeatureReader:
         self.store = store
         self.versions = versions
         self.verify_reads = verify_reads
+        # each body format's maker: the part in that format, or None where this entry cannot go out so
+        self._bodies: dict[BodyFormat, Callable[[Manifest, Part], Body | None]] = {
+            BodyFormat.CHUNKS: self._chunks,
+            BodyFormat.SAFETENSORS: self._safetensors,
+        }
 
     def resolve(self, key: FeatureKey, layers: list[LayerId] | None = None) -> Manifest:
         """The newest version of the one entry the key names; a key part left out must be unambiguous once the
@@ -92,21 +97,31 @@ class FeatureReader:
         return Part(served_layers, span, Selection(rows, axis1), full)
 
     def body(
-        self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None, chunks_ok: bool
+        self,
+        manifest: Manifest,
+        layers: list[LayerId] | None,
+        tokens: TokenRange | None,
+        accepted: Sequence[BodyFormat] = (FALLBACK,),
     ) -> Body:
-        """The part as it goes out: its stored chunks to a client that accepts them (nothing decoded or hashed
-        here), else safetensors (and so for entries written before chunk digests, whatever the client accepts)."""
+        """The part as it goes out, in the first of the `accepted` formats this entry can be sent in (an entry
+        written before chunk digests goes out as safetensors, whatever the client accepts)."""
         part = self.part(manifest, layers, tokens)
-        chunks = self._chunk_body(manifest, part) if chunks_ok else None
-        if chunks is not None:
-            return Body(
-                chunk_wire.MEDIA_TYPE,
-                wire.CHUNKS,
-                chunks.length,
-                part,
-                lambda: ({}, self.chunk_pieces(manifest, chunks)),
-            )
+        for wanted in accepted:
+            body = self._bodies[wanted](manifest, part)
+            if body is not None:
+                return body
+        raise AssertionError(f"no body format of {accepted} can send {manifest.content_hash}")  # FALLBACK always can
 
+    def _chunks(self, manifest: Manifest, part: Part) -> Body | None:
+        """The stored chunks, for the client to decode and verify: nothing decoded or hashed here."""
+        chunks = self._chunk_body(manifest, part)
+        if chunks is None:
+            return None
+        return Body(
+            BODY_FORMATS[BodyFormat.CHUNKS], chunks.length, part, lambda: ({}, self.chunk_pieces(manifest, chunks))
+        )
+
+    def _safetensors(self, manifest: Manifest, part: Part) -> Body:
         def read() -> tuple[dict[str, str], Iterable[bytes | memoryview]]:
             served = self._read(manifest, part)
             # the header, then each tensor's own buffer: no joined copy of the body is made
@@ -114,7 +129,7 @@ class FeatureReader:
                 served.tensors.values(), served.metadata()
             )
 
-        return Body(SAFETENSORS_MEDIA_TYPE, wire.FEATURES, self._served_length(manifest, part), part, read)
+        return Body(BODY_FORMATS[BodyFormat.SAFETENSORS], self._served_length(manifest, part), part, read)
 
     def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
         """Every chunk read is checked against its crc32c; with `verify_reads="content_hash"` a full read is also

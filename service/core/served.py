@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from schemas import chunk_wire, wire
 from schemas.featureset import LayerId
+from schemas.http import FormatSpec
 from schemas.manifest import Manifest
 from schemas.tensors import RawTensor
 from service.storage.protocol import Selection
@@ -40,12 +41,11 @@ class Served:
 
 @dataclass(frozen=True, slots=True)
 class Body:
-    """A part of an entry as one wire format sends it. Its media type, frame kind (in a batch) and length are known
-    before any blob is read; `open()` reads it and gives the pieces, with the headers only the reading can tell
-    (the served hash of a safetensors part)."""
+    """A part of an entry as one body format sends it. Its format (media type, frame kind in a batch) and length
+    are known before any blob is read; `open()` reads it and gives the pieces, with the headers only the reading
+    can tell (the served hash of a safetensors part)."""
 
-    media_type: str
-    kind: int  # wire.FEATURES or wire.CHUNKS
+    format: FormatSpec
     length: int
     part: Part
     _open: Callable[[], tuple[dict[str, str], Iterable[bytes | memoryview]]]

@@ -15,8 +15,11 @@ from client.receive import decode_chunks
 from schemas import chunk_wire
 from schemas.chunks import crc32c, digests_of, entry_digest
 from schemas.codecs import StoreCodec
+from schemas.http import BODY_FORMATS, BodyFormat
 from schemas.manifest import Manifest
 from service.settings import Settings
+
+CHUNKS_MEDIA_TYPE = BODY_FORMATS[BodyFormat.CHUNKS].media_type
 
 LAYERS = ["embed", 1, 2, 3]
 READS = [
@@ -50,9 +53,9 @@ def _arrays(features) -> dict[str, bytes]:
 
 def _raw_chunk_body(client: FeatureClient, manifest: Manifest, **params: str) -> bytes:
     response = client._http.get(
-        f"/v1/features/{manifest.prompt_hash}", params=params, headers={"accept": chunk_wire.MEDIA_TYPE}
+        f"/v1/features/{manifest.prompt_hash}", params=params, headers={"accept": CHUNKS_MEDIA_TYPE}
     )
-    assert response.status_code == 200 and response.headers["content-type"] == chunk_wire.MEDIA_TYPE
+    assert response.status_code == 200 and response.headers["content-type"] == CHUNKS_MEDIA_TYPE
     assert int(response.headers["content-length"]) == len(response.content)
     return response.content
 
@@ -90,9 +93,9 @@ def test_head_announces_the_chunk_body_length(client: FeatureClient, entries: li
     head = client._http.head(
         f"/v1/features/{manifest.prompt_hash}",
         params={"layers": "1,3", "tokens": "3:40"},
-        headers={"accept": chunk_wire.MEDIA_TYPE},
+        headers={"accept": CHUNKS_MEDIA_TYPE},
     )
-    assert head.headers["content-type"] == chunk_wire.MEDIA_TYPE
+    assert head.headers["content-type"] == CHUNKS_MEDIA_TYPE
     assert int(head.headers["content-length"]) == len(body)
 
 
@@ -203,7 +206,7 @@ def test_entries_from_before_the_chunk_format_still_read(live_url: str, app, ent
         head = client._http.head(
             f"/v1/features/{without.prompt_hash}",
             params=without.feature_key().params(),
-            headers={"accept": chunk_wire.MEDIA_TYPE},
+            headers={"accept": CHUNKS_MEDIA_TYPE},
         )
         assert head.headers["content-type"] == "application/octet-stream"
 

@@ -9,8 +9,8 @@ import torch
 import client as client_package
 import hsstore
 from client import FeatureClient, IntegrityError, InvalidRequestError, NotFoundError
-from client.client import WireFormat
 from schemas.featureset import FeatureSet
+from schemas.http import BodyFormat
 from tests.support.flipping_proxy import FlippingProxy
 
 
@@ -71,7 +71,7 @@ def test_corruption_in_transit_raises_integrity_error(client: FeatureClient, liv
 @pytest.mark.parametrize("where", [lambda n: 3, lambda n: n // 2, lambda n: n - 5], ids=["head", "middle", "end"])
 @pytest.mark.parametrize("wire_format", ["chunks", "safetensors"])
 def test_corruption_on_the_clients_own_socket_is_refused(
-    client: FeatureClient, live_url: str, where: Callable[[int], int], wire_format: WireFormat
+    client: FeatureClient, live_url: str, where: Callable[[int], int], wire_format: BodyFormat
 ) -> None:
     """The client reads feature bodies over its own sockets (not httpx): a flipped bit there is refused too."""
     sample = {"text": "def quick_sort(items): pass"}

@@ -25,12 +25,14 @@ from client import (
     pad_collate,
 )
 from client.chunk_checks import CheckedCopy
-from client.client import WireFormat
 from client.receive import ReceivedCopy
 from client.torch_data import to_sample
 from schemas import chunk_wire
+from schemas.http import BODY_FORMATS, BodyFormat
 from tests.conftest import wait_for
 from tests.support.flipping_proxy import FlippingProxy
+
+CHUNKS_MEDIA_TYPE = BODY_FORMATS[BodyFormat.CHUNKS].media_type
 
 
 @pytest.fixture
@@ -90,11 +92,11 @@ def test_store_reads_only_the_chunks_a_slice_needs(
     decoding.get(long)
     assert sliced * 10 < sum(read)
     # the stored chunks sent as they lie: only those the slice needs go out
-    accept = {"accept": chunk_wire.MEDIA_TYPE}
+    accept = {"accept": CHUNKS_MEDIA_TYPE}
     path = f"/v1/features/{manifest.prompt_hash}"
     whole = client._http.get(path, headers=accept)
     part = client._http.get(path, params={"layers": "2", "tokens": "0:200"}, headers=accept)
-    assert whole.headers["content-type"] == part.headers["content-type"] == chunk_wire.MEDIA_TYPE
+    assert whole.headers["content-type"] == part.headers["content-type"] == CHUNKS_MEDIA_TYPE
     (whole_header, _, _), (part_header, _, _) = (chunk_wire.decode_header(memoryview(r.content)) for r in (whole, part))
     assert part_header.data_bytes * 10 < whole_header.data_bytes
 
@@ -111,7 +113,7 @@ def test_cache_second_epoch_makes_no_request(live_url: str, http: httpx.Client, 
 
 @pytest.mark.parametrize("wire_format", ["chunks", "safetensors"])
 def test_cache_is_bounded_lru_and_drops_damaged_files(
-    client: FeatureClient, stored: list, tmp_path: Path, wire_format: WireFormat
+    client: FeatureClient, stored: list, tmp_path: Path, wire_format: BodyFormat
 ) -> None:
     """Whichever wire format an entry came in, the cache keeps its decoded tensors, gives the bits the service
     gives, checks them chunk by chunk against the write-time digests, and drops a damaged file."""

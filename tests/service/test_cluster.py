@@ -8,9 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from client import FeatureClient
-from schemas import chunk_wire
+from schemas.http import BODY_FORMATS, BodyFormat
 from tests.conftest import ServerProcess
 from tests.support.s3_server import Bucket
+
+CHUNKS_MEDIA_TYPE = BODY_FORMATS[BodyFormat.CHUNKS].media_type
 
 
 def _cluster_env(bucket: Bucket, postgres_url: str, data_dir: Path) -> dict[str, str]:
@@ -62,8 +64,8 @@ def test_written_through_one_replica_read_through_another(
             m.content_hash for m in written
         ]
         # the chunk wire format from the bucket, relayed by the replica, and the safetensors format
-        head = b._http.head(f"/v1/features/{written[0].prompt_hash}", headers={"accept": chunk_wire.MEDIA_TYPE})
-        assert head.status_code == 200 and head.headers["content-type"] == chunk_wire.MEDIA_TYPE
+        head = b._http.head(f"/v1/features/{written[0].prompt_hash}", headers={"accept": CHUNKS_MEDIA_TYPE})
+        assert head.status_code == 200 and head.headers["content-type"] == CHUNKS_MEDIA_TYPE
         plain = FeatureClient(reader.url, wire_format="safetensors")
         assert plain.fetch(written[0].feature_key()).content_hash == written[0].content_hash
         b.close_window()

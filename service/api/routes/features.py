@@ -8,12 +8,12 @@ from starlette.concurrency import run_in_threadpool
 
 from schemas import chunk_wire, wire
 from schemas.api import BatchItem, BatchRequest
-from schemas.http import FRAMES_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
+from schemas.http import BODY_FORMATS, ERROR_FRAME, FRAMES_MEDIA_TYPE
 from schemas.manifest import Manifest
 from service.api.deps import ReaderDep, ReadScope, SettingsDep
 from service.api.error_handlers import error_frame
 from service.api.openapi import binary, errors
-from service.api.queries import AcceptsChunksDep, FeatureQueryDep
+from service.api.queries import AcceptedDep, FeatureQueryDep
 from service.api.streaming import slices, stream
 from service.core.served import Part
 from service.errors import TooLarge
@@ -48,22 +48,21 @@ def _part_headers(part: Part) -> dict[str, str]:
     responses={
         **binary(
             "safetensors, header metadata `manifest` and `served` (layers, tokens, hash of what was served); or, "
-            f"to a client that accepts `{chunk_wire.MEDIA_TYPE}`, the stored chunks with their index",
-            SAFETENSORS_MEDIA_TYPE,
-            chunk_wire.MEDIA_TYPE,
+            "to a client that accepts them, the stored chunks with their index",
+            *(spec.media_type for spec in BODY_FORMATS.values()),
         ),
         **errors(401, 403, 404, 409, 422),
     },
 )
-def get_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsChunksDep) -> Response:
+def get_features(query: FeatureQueryDep, reader: ReaderDep, accepted: AcceptedDep) -> Response:
     """Token ranges are clipped to the entry as Python slicing clips (`X-Hsstore-Tokens` says what was served);
     only an empty selection is refused. A client that accepts the chunk wire format gets the stored chunks (the
     service decodes and hashes nothing); entries written before chunk digests go out as safetensors either way."""
     manifest = reader.resolve(query.key, query.layers)
-    body = reader.body(manifest, query.layers, query.tokens, chunks_ok)
+    body = reader.body(manifest, query.layers, query.tokens, accepted)
     read_headers, pieces = body.open()
     headers = {**_key_headers(manifest), **_part_headers(body.part), **read_headers, "Content-Length": str(body.length)}
-    return stream(slices(pieces), body.media_type, headers)
+    return stream(slices(pieces), body.format.media_type, headers)
 
 
 @router.head(
@@ -73,11 +72,11 @@ def get_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsCh
     summary="Whether the entry exists, with the length its GET would send",
     responses={200: {"description": "it exists"}, **errors(401, 403, 404, 409, 422)},
 )
-def head_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsChunksDep) -> Response:
+def head_features(query: FeatureQueryDep, reader: ReaderDep, accepted: AcceptedDep) -> Response:
     manifest = reader.resolve(query.key, query.layers)
-    body = reader.body(manifest, query.layers, query.tokens, chunks_ok)
+    body = reader.body(manifest, query.layers, query.tokens, accepted)
     # Response would set Content-Length: 0 for an empty body; HEAD announces the GET's length instead
-    response = Response(status_code=200, headers=_key_headers(manifest), media_type=body.media_type)
+    response = Response(status_code=200, headers=_key_headers(manifest), media_type=body.format.media_type)
     response.headers["content-length"] = str(body.length)
     return response
 
@@ -89,9 +88,7 @@ def head_features(query: FeatureQueryDep, reader: ReaderDep, chunks_ok: AcceptsC
     summary="Several entries in one framed response (per key: u64 length, u8 kind, features body or error)",
     responses={**binary("frames, one per key, in order", FRAMES_MEDIA_TYPE), **errors(401, 403, 404, 409, 413, 422)},
 )
-def batch_features(
-    request: BatchRequest, reader: ReaderDep, settings: SettingsDep, chunks_ok: AcceptsChunksDep
-) -> Response:
+def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsDep, accepted: AcceptedDep) -> Response:
     """Several entries in one response, framed. Every key is resolved (and refused with a 4xx) before the first
     byte is sent; the blobs are then read one after another as the response streams. A client that accepts the
     chunk wire format gets CHUNKS frames (safetensors FEATURES frames for entries written before chunk digests)."""
@@ -108,8 +105,8 @@ def batch_features(
 
     def prepare(manifest: Manifest, item: BatchItem) -> tuple[int, int, Iterable[bytes | memoryview]]:
         """(frame kind, body length, body pieces) of one key."""
-        body = reader.body(manifest, item.layers, item.token_range(), chunks_ok)
-        return body.kind, body.length, body.open()[1]
+        body = reader.body(manifest, item.layers, item.token_range(), accepted)
+        return body.format.frame_kind, body.length, body.open()[1]
 
     def read(index: int) -> asyncio.Task[tuple[int, int, Iterable[bytes | memoryview]]]:
         return asyncio.ensure_future(run_in_threadpool(prepare, *resolved[index]))
@@ -121,7 +118,7 @@ def batch_features(
                 prepared = await upcoming
             except Exception as exc:  # the 200 is out: this key gets an error frame, the others still arrive
                 body = error_frame(exc)
-                yield wire.frame_prefix(wire.ERROR, len(body)) + body
+                yield wire.frame_prefix(ERROR_FRAME, len(body)) + body
                 prepared = None
             if index + 1 < len(resolved):
                 upcoming = read(index + 1)  # the next blob is read while this one streams

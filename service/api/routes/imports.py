@@ -6,7 +6,7 @@ from starlette.concurrency import run_in_threadpool
 
 from schemas import wire
 from schemas.api import IMPORT_METADATA, ImportRequest, ImportResult
-from schemas.http import SAFETENSORS_MEDIA_TYPE
+from schemas.http import BODY_FORMATS, BodyFormat
 from schemas.validation import describe_errors
 from service.api.deps import ImporterDep, WriteScope
 from service.api.openapi import binary_body, errors
@@ -22,7 +22,7 @@ router = APIRouter(tags=["import"])
     responses=errors(401, 403, 413, 422),
     openapi_extra=binary_body(
         "safetensors: hidden_states, input_ids (and loss_mask); its metadata `import` an ImportRequest",
-        SAFETENSORS_MEDIA_TYPE,
+        BODY_FORMATS[BodyFormat.SAFETENSORS].media_type,
     ),
 )
 async def import_entry(request: Request, importer: ImporterDep) -> ImportResult:

@@ -8,7 +8,10 @@ import pytest
 
 from client import FeatureClient, IntegrityError
 from schemas import wire
+from schemas.http import BODY_FORMATS, ERROR_FRAME, BodyFormat
 from service.settings import Settings
+
+SAFETENSORS_KIND = BODY_FORMATS[BodyFormat.SAFETENSORS].frame_kind
 
 
 def test_a_corrupt_entry_in_a_batch_is_an_error_frame(
@@ -30,7 +33,7 @@ def test_a_corrupt_entry_in_a_batch_is_an_error_frame(
     response = http.post("/v1/features:batch", json={"keys": keys})
     assert response.status_code == 200
     frames = wire.split_frames(response.content)
-    assert [f.kind for f in frames] == [wire.FEATURES, wire.ERROR, wire.FEATURES]
+    assert [f.kind for f in frames] == [SAFETENSORS_KIND, ERROR_FRAME, SAFETENSORS_KIND]
     assert b'"corrupt_entry"' in bytes(frames[1].body)
     with pytest.raises(IntegrityError, match=r"keys\[1\].*damaged"):
         FeatureClient(http=client._http, wire_format="safetensors").get_batch(keys)
