@@ -1,45 +1,48 @@
-"""The contract client and service share: samples, hashes, featuresets, manifests and the wire format."""
+"""The contract client and service share: samples, hashes, featuresets, manifests and the wire format. Its names
+are loaded from their modules on first use, so that importing one module of the package (the CLI reads
+`schemas.http` and `schemas.jsonl` before anything heavy) does not import them all."""
 
-from schemas.backend import AUTO, BACKEND_CHOICES, Backend, Fingerprint
-from schemas.content_hash import content_hash
-from schemas.featureset import EMBED, FINAL_NORM, FeatureSet, LayerId, build_target_layer_ids, parse_layer
-from schemas.keys import EntryKey, is_content_hash, is_featureset_id, is_model_revision, is_prompt_hash
-from schemas.manifest import LayerStats, Manifest, TensorInfo
-from schemas.model_revision import model_revision
-from schemas.prompt_hash import canonical_json, prompt_hash, sample_identity
-from schemas.samples import InvalidSampleError, ParsedSample, Sample, parse_sample
-from schemas.tensors import RawTensor
-from schemas.tokens import TokenRange, parse_token_range
+from __future__ import annotations
 
-__all__ = [
-    "AUTO",
-    "BACKEND_CHOICES",
-    "EMBED",
-    "FINAL_NORM",
-    "Backend",
-    "EntryKey",
-    "FeatureSet",
-    "Fingerprint",
-    "InvalidSampleError",
-    "LayerId",
-    "LayerStats",
-    "Manifest",
-    "ParsedSample",
-    "RawTensor",
-    "Sample",
-    "TensorInfo",
-    "TokenRange",
-    "build_target_layer_ids",
-    "canonical_json",
-    "content_hash",
-    "is_content_hash",
-    "is_featureset_id",
-    "is_model_revision",
-    "is_prompt_hash",
-    "model_revision",
-    "parse_layer",
-    "parse_sample",
-    "parse_token_range",
-    "prompt_hash",
-    "sample_identity",
-]
+import importlib
+
+_EXPORTS = {
+    "AUTO": "schemas.backend",
+    "BACKEND_CHOICES": "schemas.backend",
+    "Backend": "schemas.backend",
+    "Fingerprint": "schemas.backend",
+    "content_hash": "schemas.content_hash",
+    "EMBED": "schemas.featureset",
+    "FINAL_NORM": "schemas.featureset",
+    "FeatureSet": "schemas.featureset",
+    "LayerId": "schemas.featureset",
+    "build_target_layer_ids": "schemas.featureset",
+    "parse_layer": "schemas.featureset",
+    "EntryKey": "schemas.keys",
+    "is_content_hash": "schemas.keys",
+    "is_featureset_id": "schemas.keys",
+    "is_model_revision": "schemas.keys",
+    "is_prompt_hash": "schemas.keys",
+    "LayerStats": "schemas.manifest",
+    "Manifest": "schemas.manifest",
+    "TensorInfo": "schemas.manifest",
+    "model_revision": "schemas.model_revision",
+    "canonical_json": "schemas.prompt_hash",
+    "prompt_hash": "schemas.prompt_hash",
+    "sample_identity": "schemas.prompt_hash",
+    "InvalidSampleError": "schemas.samples",
+    "ParsedSample": "schemas.samples",
+    "Sample": "schemas.samples",
+    "parse_sample": "schemas.samples",
+    "RawTensor": "schemas.tensors",
+    "TokenRange": "schemas.tokens",
+    "parse_token_range": "schemas.tokens",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'schemas' has no attribute {name!r}")

@@ -36,9 +36,10 @@ def _store_settings(data_dir: Path, needs: str) -> Settings:
 
 def rebuild_catalog(data_dir: Path) -> None:
     """Re-create catalog rows from the manifest documents stored beside the blobs."""
+    settings = _store_settings(data_dir, "manifests/")  # refused before the heavy imports
     from service.main import build_store_admin
 
-    services = build_store_admin(_store_settings(data_dir, "manifests/"))
+    services = build_store_admin(settings)
     try:
         report = services.rebuilder.rebuild()
     finally:
@@ -97,10 +98,11 @@ def verify(
 ) -> None:
     """Scrub the store: read every version's bytes and check them against what was written (chunk digests, content
     hash); corrupt ones are marked in the catalog and never served as valid. Resumes an interrupted scrub."""
+    settings = _store_settings(data_dir, "catalog.sqlite")  # refused before the heavy imports
     from hsstore.cli.options import console, progress_bar
     from service.main import build_store_admin
 
-    services = build_store_admin(_store_settings(data_dir, "catalog.sqlite"))
+    services = build_store_admin(settings)
     try:
         with progress_bar() as bar:
             task = bar.add_task("verify", total=None)

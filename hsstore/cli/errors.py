@@ -30,18 +30,19 @@ def explain(exc: Exception) -> tuple[str, str | None]:
     url_hint = "point the CLI at the service with --url URL or HSSTORE_URL"
     if isinstance(exc, CliError):
         return exc.message, exc.hint
-    if isinstance(exc, client_errors.ConnectionFailedError):
-        return exc.message, f"is `hsstore serve` running there? {url_hint}"
-    if isinstance(exc, client_errors.NotHsstoreError):
-        return exc.message, url_hint
-    if isinstance(exc, client_errors.AuthError):
-        return exc.message, "pass a token with the needed scope: --token TOKEN or HSSTORE_TOKEN"
-    if isinstance(exc, client_errors.WindowClosedError):
-        return exc.message, None  # the service's message already says how to open one
-    if isinstance(exc, client_errors.IntegrityError):
-        return exc.message, "nothing was accepted; re-extract the entry, or report it if it repeats"
-    if isinstance(exc, client_errors.HsstoreError):
-        return exc.message, None
+    # the client's errors: its message, and what to do about it on this command line (first match wins)
+    hints: list[tuple[type[client_errors.HsstoreError], str | None]] = [
+        (client_errors.ConnectionFailedError, f"is `hsstore serve` running there? {url_hint}"),
+        (client_errors.NotHsstoreError, url_hint),
+        (client_errors.AuthError, "pass a token with the needed scope: --token TOKEN or HSSTORE_TOKEN"),
+        (client_errors.WindowClosedError, None),  # the service's message already says how to open one
+        (client_errors.IntegrityError, "nothing was accepted; re-extract the entry, or report it if it repeats"),
+        (client_errors.AmbiguousError, "name one: --model-revision REVISION, --backend BACKEND, --featureset ID"),
+        (client_errors.HsstoreError, None),
+    ]
+    for kind, hint in hints:
+        if isinstance(exc, kind):
+            return exc.message, hint
     if isinstance(exc, JsonlError | ConfigError):
         return str(exc), None
     if isinstance(exc, ValidationError):

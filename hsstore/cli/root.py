@@ -78,10 +78,7 @@ def serve(
     ] = 1,
 ) -> None:
     """Run the service: load the model (now, or when a window opens) and serve the store. Logs every request."""
-    import uvicorn
-
     from hsstore.cli.errors import CliError
-    from service.main import create_app
     from service.settings import CONFIG_ENV, Settings
 
     overrides = {
@@ -95,7 +92,11 @@ def serve(
             f"--processes {processes}: only a service without a model runs as several processes (each would load it)",
             "serve reads from a replica beside this one: hsstore serve --data-dir D --port P --processes N",
         )
-    _check_port_free(settings.host, settings.port)  # before the model loads and "listening" is printed
+    _check_port_free(settings.host, settings.port)  # before the heavy imports, the model, and "listening"
+    import uvicorn
+
+    from service.main import create_app
+
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     if processes == 1:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=True)

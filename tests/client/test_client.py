@@ -8,13 +8,14 @@ import torch
 
 import client as client_package
 import hsstore
+import schemas
 from client import FeatureClient, IntegrityError, InvalidRequestError, NotFoundError
 from schemas.featureset import FeatureSet
 from schemas.http import BodyFormat
 from tests.support.flipping_proxy import FlippingProxy
 
 
-@pytest.mark.parametrize("package", [client_package, hsstore])
+@pytest.mark.parametrize("package", [client_package, hsstore, schemas])
 def test_all_is_honest(package: object) -> None:
     exported = package.__all__  # type: ignore[attr-defined]
     assert sorted(exported) == sorted(set(exported))

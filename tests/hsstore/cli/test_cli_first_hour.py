@@ -4,6 +4,7 @@ mistakes named by file and line, and no torch for commands that only talk to a s
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -230,6 +231,14 @@ def test_entries_filters_and_pages(live_url: str, prompts: Path) -> None:
     assert len(rest) == 2 and rest[1].split()[0] == everything[2]["prompt_hash"][:10]
 
 
+def test_an_ambiguous_get_names_the_flags_that_pick_one(live_url: str, prompts: Path) -> None:
+    ok("extract", str(prompts), "--url", live_url)
+    ok("extract", str(prompts), "--url", live_url, "--layers", "1")  # a second featureset for the same prompts
+    first, hint = failed("get", prompt_hash(coding_prompts()[0])[:10], "--url", live_url)
+    assert "entries" in first
+    assert hint.strip() == "name one: --model-revision REVISION, --backend BACKEND, --featureset ID"
+
+
 def test_help_names_what_each_option_takes_and_the_root_options() -> None:
     said = ok("entries", "--help")
     assert "<bool>" not in said and "<str>" not in said, said
@@ -294,6 +303,25 @@ def test_commands_that_need_no_model_do_not_import_torch(live_url: str, prompts:
             timeout=60,
         )
         assert done.stderr.strip().endswith("no torch 0"), (command, done.stderr)
+
+
+def test_refusals_come_before_the_heavy_imports(tmp_path: Path) -> None:
+    """`serve` on a busy port and `verify` or `rebuild-catalog` on a directory without a store answer at once: the
+    check runs before torch and the service are imported."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for command in (
+            ["serve", "--port", str(port), "--data-dir", str(tmp_path / "store")],
+            ["verify", str(tmp_path / "missing")],
+            ["rebuild-catalog", str(tmp_path / "missing")],
+        ):
+            done = subprocess.run(
+                [sys.executable, "-c", _NO_TORCH, *command], cwd=REPO, capture_output=True, text=True, timeout=60
+            )
+            assert done.stderr.strip().endswith("no torch 1"), (command, done.stderr)
+            assert done.stderr.startswith("error: "), done.stderr
 
 
 def test_serve_says_where_what_and_who_and_logs_requests(server_process, tiny_model_dir: Path, tmp_path: Path) -> None:
