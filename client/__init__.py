@@ -40,6 +40,7 @@ from client.guard import check_backends
 from client.live import live_backend
 from client.teacher import TopK, kl_to_student, student_log_probs
 from schemas.featureset import FeatureSet
+from schemas.lazy import lazy_exports
 from schemas.prompt_hash import prompt_hash
 
 # The torch Datasets load torch on first use: `import client` (and the CLI) stays light for callers without tensors.
@@ -55,12 +56,7 @@ _TORCH_DATA = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in _TORCH_DATA:
-        import importlib
-
-        return getattr(importlib.import_module(_TORCH_DATA[name]), name)
-    raise AttributeError(f"module 'client' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _TORCH_DATA)
 
 
 __all__ = [

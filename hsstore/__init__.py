@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import importlib
+from schemas.lazy import lazy_exports
 
 _EXPORTS = {
     "FeatureClient": "client",
@@ -14,9 +14,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'hsstore' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)

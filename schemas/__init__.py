@@ -4,7 +4,7 @@ are loaded from their modules on first use, so that importing one module of the 
 
 from __future__ import annotations
 
-import importlib
+from schemas.lazy import lazy_exports
 
 _EXPORTS = {
     "AUTO": "schemas.backend",
@@ -40,9 +40,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'schemas' has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _EXPORTS)
