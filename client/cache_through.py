@@ -18,7 +18,7 @@ from client.client import FeatureClient
 from client.errors import ExtractionFailedError, NotFoundError
 from client.features import Features
 from client.keys import featureset_of, part_of_parts
-from schemas.api import BatchItem
+from schemas.api import FeatureRead
 from schemas.featureset import FeatureSet, LayerId
 from schemas.prompt_hash import prompt_hash
 
@@ -103,7 +103,7 @@ class SampleReads:
         if chosen is None:
             raise ValueError("samples need a featureset: the layers (or FeatureSet) to read them as")
         self.samples = [dict(s) for s in samples]
-        self.keys: list[BatchItem] = [part_of_parts(s, backend=backend, featureset=chosen) for s in self.samples]
+        self.keys: list[FeatureRead] = [part_of_parts(s, backend=backend, featureset=chosen) for s in self.samples]
         self.ahead: ExtractAhead | None = None
         if on_missing == "extract":
             first = [self.samples[i] for i in order] if order is not None else self.samples

@@ -24,10 +24,10 @@ from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
 from schemas import datasets, wire
 from schemas.api import (
-    BatchItem,
     BatchRequest,
     DatasetInfo,
     DatasetRequest,
+    FeatureRead,
 )
 from schemas.chunk_wire import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
@@ -132,7 +132,7 @@ class FeatureClient(ServiceCalls):
         """`get` by key. A whole entry pinned by content hash is served from the cache when it is there, without
         any request."""
         span = str(TokenRange.of(tokens)) if tokens is not None else None
-        part = BatchItem(**key.model_dump(), layers=list(layers) if layers is not None else None, tokens=span)
+        part = FeatureRead(**key.model_dump(), layers=list(layers) if layers is not None else None, tokens=span)
         cached = self._cached(part)
         if cached is not None:
             return cached
@@ -179,7 +179,7 @@ class FeatureClient(ServiceCalls):
             return self._direct(items)
         return list(self._pool.map(lambda item: self.fetch(item.key, item.layers, item.tokens), items))
 
-    def _direct(self, items: list[BatchItem]) -> list[Features]:
+    def _direct(self, items: list[FeatureRead]) -> list[Features]:
         """Locate every key not in the cache in one request, then read each entry's chunks from the object store
         in parallel."""
         cached = [self._cached(item) for item in items]
@@ -187,13 +187,13 @@ class FeatureClient(ServiceCalls):
         fetched = iter(self._direct_uncached(missing) if missing else [])
         return [hit if hit is not None else next(fetched) for hit in cached]
 
-    def _cached(self, item: BatchItem) -> Features | None:
+    def _cached(self, item: FeatureRead) -> Features | None:
         """A whole entry pinned by content hash, from the cache (None if it is not there)."""
         if self.cache is None or item.content_hash is None or item.layers is not None or item.tokens is not None:
             return None
         return self.cache.get(item.content_hash)
 
-    def _direct_uncached(self, items: list[BatchItem]) -> list[Features]:
+    def _direct_uncached(self, items: list[FeatureRead]) -> list[Features]:
         request = BatchRequest(keys=items)
         body = request.model_dump(mode="json", exclude_none=True)
         located = self._transport.call(DirectEntries, "POST", "/v1/features:locate", json=body)

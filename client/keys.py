@@ -1,4 +1,4 @@
-"""How the client takes keys: the contract's FeatureKey, a BatchItem (a key with a part), or `get`'s keyword
+"""How the client takes keys: the contract's FeatureKey, a FeatureRead (a key with a part), or `get`'s keyword
 arguments (`prompt` or `prompt_hash`, `featureset` as an object or an id, `layers`, `tokens`)."""
 
 from __future__ import annotations
@@ -7,20 +7,20 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from client.errors import InvalidRequestError
-from schemas.api import BatchItem, LayersKey
+from schemas.api import FeatureRead, LayersKey
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import FeatureKey
 from schemas.tokens import TokenRange
 
-KeyLike = FeatureKey | BatchItem | Mapping[str, Any]
+KeyLike = FeatureKey | FeatureRead | Mapping[str, Any]
 
 
-def batch_item(key: KeyLike) -> BatchItem:
+def batch_item(key: KeyLike) -> FeatureRead:
     """A key, a key with a part, or `get`'s keyword arguments (`prompt` or `prompt_hash`, `layers`, `tokens`, ...)."""
-    if isinstance(key, BatchItem):
+    if isinstance(key, FeatureRead):
         return key
     if isinstance(key, FeatureKey):
-        return BatchItem(**key.model_dump())
+        return FeatureRead(**key.model_dump())
     parts = dict(key)
     return part_of_parts(parts.pop("prompt", None), **parts)
 
@@ -31,14 +31,14 @@ def part_of_parts(
     layers: Sequence[LayerId] | None = None,
     tokens: Any = None,
     **parts: Any,
-) -> BatchItem:
+) -> FeatureRead:
     """`key_of_parts` with the part read: `layers` (a featureset object's own unless fewer are named: it is named
     by its parts, so any stored featureset holding them serves it) and `tokens`."""
     base = key_of_parts(prompt, **parts)
     featureset = parts.get("featureset")
     if layers is None and isinstance(featureset, FeatureSet):
         layers = featureset.layers
-    return BatchItem(
+    return FeatureRead(
         **base.model_dump(),
         layers=list(layers) if layers is not None else None,
         tokens=str(TokenRange.of(tokens)) if tokens is not None else None,

@@ -27,7 +27,7 @@ from client.collate import Sample
 from client.errors import StoreUnavailableError
 from client.features import Features
 from client.keys import KeyLike, batch_item
-from schemas.api import BatchItem
+from schemas.api import FeatureRead
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryFilters
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, Manifest
@@ -72,7 +72,7 @@ def fetch_sample(client: FeatureClient, key: Manifest | KeyLike) -> Sample:
     return to_sample(client.fetch(item.key, item.layers, item.tokens))
 
 
-def key_of(item: Manifest | KeyLike) -> BatchItem:
+def key_of(item: Manifest | KeyLike) -> FeatureRead:
     """A fetch key; a manifest pins its version by content hash, which is what lets the cache answer alone."""
     return batch_item(item.feature_key() if isinstance(item, Manifest) else item)
 
@@ -207,7 +207,7 @@ class EntryStream(IterableDataset[Sample]):
         """The epoch whose order the next iteration follows (call it on every rank, as with DistributedSampler)."""
         self.epoch = epoch
 
-    def order(self, keys: list[BatchItem]) -> list[BatchItem]:
+    def order(self, keys: list[FeatureRead]) -> list[FeatureRead]:
         """The epoch's order of the whole listing: the same on every rank for one seed and epoch."""
         if self.seed is None:
             return keys
@@ -233,7 +233,7 @@ class EntryStream(IterableDataset[Sample]):
         if self.dataset is not None:
             index = client.dataset(self.dataset)
             positions = np.arange(len(index)) if self.seed is None else self._permutation(len(index))
-            mine: Iterator[BatchItem] = (batch_item(index.key(int(p))) for p in positions[shard::shards])
+            mine: Iterator[FeatureRead] = (batch_item(index.key(int(p))) for p in positions[shard::shards])
             yield from self._fetched(partial(retrying, client.fetch, key.key) for key in mine)
             return
         listing = client.entries(**self.filters)
@@ -255,7 +255,7 @@ class EntryStream(IterableDataset[Sample]):
                 yield to_sample(pending.popleft().result(), self.dequantise)
 
 
-def _fetch_read(client: FeatureClient, item: BatchItem) -> Features:
+def _fetch_read(client: FeatureClient, item: FeatureRead) -> Features:
     return retrying(client.fetch, item.key, item.layers, item.tokens)
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from client.bodies import Body, Connections, HttpxBody, ReceiveFailed, read_all
 from client.errors import ConnectionFailedError, HsstoreError, IntegrityError, NotHsstoreError, error_for
-from schemas.api import BatchItem
+from schemas.api import FeatureRead
 from schemas.errors import ERROR_HEADER, ErrorCode
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -135,7 +135,7 @@ class Transport:
         )
 
 
-def batch_error(index: int, item: BatchItem, body: memoryview) -> HsstoreError:
+def batch_error(index: int, item: FeatureRead, body: memoryview) -> HsstoreError:
     """The error a batch frame carries, naming the key it was for."""
     try:
         detail = loads(bytes(body))["error"]

@@ -169,8 +169,8 @@ class LayersKey(FeatureKey):
         return FeatureKey(**self.model_dump(exclude={"layers", "tokens"}))
 
 
-class BatchItem(LayersKey):
-    """One entry of a batch read, and optionally part of it: the same key as a single read, the same slice rules."""
+class FeatureRead(LayersKey):
+    """A read: which entry, and which part of it. One GET's query string, or one key of a batch (the same rules)."""
 
     tokens: str | None = Field(
         default=None, description="half-open token range a:b", json_schema_extra={"pattern": TOKENS_PATTERN}
@@ -199,7 +199,7 @@ class BatchItem(LayersKey):
 class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    keys: list[BatchItem] = Field(
+    keys: list[FeatureRead] = Field(
         min_length=1,
         description="at most the service's max_batch_keys, none repeated",
         json_schema_extra={"uniqueItems": True},
@@ -207,7 +207,7 @@ class BatchRequest(BaseModel):
 
     @field_validator("keys")
     @classmethod
-    def _distinct(cls, keys: list[BatchItem]) -> list[BatchItem]:
+    def _distinct(cls, keys: list[FeatureRead]) -> list[FeatureRead]:
         seen: dict[str, int] = {}
         for index, item in enumerate(keys):
             form = item.model_dump_json()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Header, Path, Query
@@ -11,25 +10,17 @@ from pydantic import ValidationError
 
 from schemas import backend as backend_names
 from schemas import http, keys
+from schemas.api import FeatureRead
 from schemas.backend import STORED_BACKENDS
-from schemas.featureset import LAYERS_PATTERN, MAX_TOP_K, FeatureDtype, LayerId, parse_layers
+from schemas.featureset import LAYERS_PATTERN, MAX_TOP_K, FeatureDtype, parse_layers
 from schemas.http import BODY_FORMATS, BodyFormat
 from schemas.keys import FeatureKey
-from schemas.tokens import TOKENS_PATTERN, TokenRange, parse_token_range
+from schemas.tokens import TOKENS_PATTERN
 from schemas.validation import describe_errors
 from service.errors import InvalidRequest
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-@dataclass(frozen=True, slots=True)
-class FeatureQuery:
-    """A read: which entry, and which part of it."""
-
-    key: FeatureKey
-    layers: list[LayerId] | None
-    tokens: TokenRange | None
 
 
 def checked(check: Callable[[T], R], value: T | None) -> R | None:
@@ -106,8 +97,13 @@ def feature_query(
             description="half-open token range a:b, clipped to the entry", json_schema_extra={"pattern": TOKENS_PATTERN}
         ),
     ] = None,
-) -> FeatureQuery:
-    return FeatureQuery(key, checked(parse_layers, layers), checked(parse_token_range, tokens))
+) -> FeatureRead:
+    """The read the query string names, as a batch names one of its keys."""
+    parsed = checked(parse_layers, layers)
+    try:
+        return FeatureRead(**key.model_dump(exclude_none=True), layers=parsed, tokens=tokens)
+    except ValidationError as exc:
+        raise InvalidRequest(describe_errors(exc.errors(include_url=False, include_input=False))) from None
 
 
 def accepted_formats(
@@ -125,4 +121,4 @@ def accepted_formats(
 
 KeyQueryDep = Annotated[FeatureKey, Depends(key_query)]
 AcceptedDep = Annotated[list[BodyFormat], Depends(accepted_formats)]
-FeatureQueryDep = Annotated[FeatureQuery, Depends(feature_query)]
+FeatureReadDep = Annotated[FeatureRead, Depends(feature_query)]

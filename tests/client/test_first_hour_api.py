@@ -123,7 +123,7 @@ def test_openapi_shows_the_real_contract(http: httpx.Client) -> None:
     parameters = {p["name"]: p["schema"] for p in spec["paths"]["/v1/features/{prompt_hash}"]["get"]["parameters"]}
     assert parameters["prompt_hash"]["pattern"] == "^[0-9a-f]{64}$"  # the hex formats of the keys are declared
     assert parameters["content_hash"]["pattern"] == "^sha256:[0-9a-f]{64}$"
-    assert spec["components"]["schemas"]["BatchItem"]["properties"]["prompt_hash"]["pattern"] == "^[0-9a-f]{64}$"
+    assert spec["components"]["schemas"]["FeatureRead"]["properties"]["prompt_hash"]["pattern"] == "^[0-9a-f]{64}$"
     codes = spec["components"]["schemas"]["ErrorCode"]["enum"]
     assert set(codes) == {c.value for c in ErrorCode}
 

@@ -7,13 +7,13 @@ from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
 from schemas import chunk_wire, wire
-from schemas.api import BatchItem, BatchRequest
+from schemas.api import BatchRequest, FeatureRead
 from schemas.http import BODY_FORMATS, ERROR_FRAME, FRAMES_MEDIA_TYPE
 from schemas.manifest import Manifest
 from service.api.deps import ReaderDep, ReadScope, SettingsDep
 from service.api.error_handlers import error_frame
 from service.api.openapi import binary, errors
-from service.api.queries import AcceptedDep, FeatureQueryDep
+from service.api.queries import AcceptedDep, FeatureReadDep
 from service.api.streaming import slices, stream
 from service.core.served import Part
 from service.errors import TooLarge
@@ -54,12 +54,12 @@ def _part_headers(part: Part) -> dict[str, str]:
         **errors(401, 403, 404, 409, 422),
     },
 )
-def get_features(query: FeatureQueryDep, reader: ReaderDep, accepted: AcceptedDep) -> Response:
+def get_features(query: FeatureReadDep, reader: ReaderDep, accepted: AcceptedDep) -> Response:
     """Token ranges are clipped to the entry as Python slicing clips (`X-Hsstore-Tokens` says what was served);
     only an empty selection is refused. A client that accepts the chunk wire format gets the stored chunks (the
     service decodes and hashes nothing); entries written before chunk digests go out as safetensors either way."""
     manifest = reader.resolve(query.key, query.layers)
-    body = reader.body(manifest, query.layers, query.tokens, accepted)
+    body = reader.body(manifest, query.layers, query.token_range(), accepted)
     read_headers, pieces = body.open()
     headers = {**_key_headers(manifest), **_part_headers(body.part), **read_headers, "Content-Length": str(body.length)}
     return stream(slices(pieces), body.format.media_type, headers)
@@ -72,9 +72,9 @@ def get_features(query: FeatureQueryDep, reader: ReaderDep, accepted: AcceptedDe
     summary="Whether the entry exists, with the length its GET would send",
     responses={200: {"description": "it exists"}, **errors(401, 403, 404, 409, 422)},
 )
-def head_features(query: FeatureQueryDep, reader: ReaderDep, accepted: AcceptedDep) -> Response:
+def head_features(query: FeatureReadDep, reader: ReaderDep, accepted: AcceptedDep) -> Response:
     manifest = reader.resolve(query.key, query.layers)
-    body = reader.body(manifest, query.layers, query.tokens, accepted)
+    body = reader.body(manifest, query.layers, query.token_range(), accepted)
     # Response would set Content-Length: 0 for an empty body; HEAD announces the GET's length instead
     response = Response(status_code=200, headers=_key_headers(manifest), media_type=body.format.media_type)
     response.headers["content-length"] = str(body.length)
@@ -103,7 +103,7 @@ def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsD
             "per batch: ask for fewer keys"
         )
 
-    def prepare(manifest: Manifest, item: BatchItem) -> tuple[int, int, Iterable[bytes | memoryview]]:
+    def prepare(manifest: Manifest, item: FeatureRead) -> tuple[int, int, Iterable[bytes | memoryview]]:
         """(frame kind, body length, body pieces) of one key."""
         body = reader.body(manifest, item.layers, item.token_range(), accepted)
         return body.format.frame_kind, body.length, body.open()[1]
