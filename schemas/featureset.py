@@ -183,17 +183,6 @@ class FeatureSet(BaseModel):
         return cls(layers=layers)
 
 
-def nearest_holding(stored: Iterable[FeatureSet], wanted: FeatureSet) -> FeatureSet | None:
-    """Of the stored featuresets that hold `wanted`, the one nearest it: itself, else the fewest layers, then the
-    fewest parts beyond it; ties broken by id, so that the same entry serves every read of it."""
-
-    def distance(held: FeatureSet) -> tuple[bool, int, int, str]:
-        beyond = int(held.target_ids and not wanted.target_ids) + int(held.top_k is not None and wanted.top_k is None)
-        return held.id != wanted.id, len(held.layers), beyond, held.id
-
-    return min((f for f in stored if f.holds(wanted)), key=distance, default=None)
-
-
 def union_of(recipes: Iterable[FeatureSet]) -> FeatureSet:
     """The one featureset that holds every recipe (`FeatureSet.holds`): their layers together, target ids if any
     asks; ValueError for recipes no one featureset holds (two dtypes, two top-k)."""

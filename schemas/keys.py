@@ -11,7 +11,7 @@ from typing import Any, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from schemas.backend import StoredBackend, check_backend
-from schemas.featureset import FeatureDtype, FeatureSet, LayerId, TopK
+from schemas.featureset import FeatureDtype, FeatureSet, TopK
 from schemas.prompt_hash import prompt_hash as hash_prompt
 from schemas.validation import describe_errors
 
@@ -182,18 +182,6 @@ class FeatureKey(BaseModel):
     def by_parts(self) -> bool:
         """Whether the key names parts of a featureset (dtype, target ids, top-k)."""
         return self.dtype is not None or self.target_ids is not None or self.top_k is not None
-
-    def admits(self, stored: FeatureSet, layers: list[LayerId] | None) -> bool:
-        """Whether a stored featureset has every part of a featureset this key names (none named: any does): its
-        dtype, target ids and top-k where named, and then the layers read."""
-        return not self.by_parts or stored.has(self.dtype, self.target_ids, self.top_k, layers)
-
-    def wanted(self, layers: list[LayerId] | None) -> FeatureSet | None:
-        """The featureset this key names by its parts with the layers read, whose nearest stored holder serves the
-        read; None unless it names a dtype and the read names layers (and the key no featureset id)."""
-        if self.dtype is None or not layers or self.featureset is not None:
-            return None
-        return FeatureSet(layers=list(layers), dtype=self.dtype, target_ids=bool(self.target_ids), top_k=self.top_k)
 
     def params(self) -> dict[str, str]:
         """The query-string form of everything but the prompt hash."""

@@ -51,7 +51,9 @@ def describe_errors(errors: Iterable[Mapping[str, Any]], skip: tuple[str, ...] =
         where = ".".join(str(part) for part in err.get("loc", ()) if part not in skip)
         words = _words(err)
         parent, _, field = where.rpartition(".")
-        if words.startswith(f"{field} "):  # "tokens must …" names its field itself: say where it is, not the field twice
+        if words.startswith(
+            f"{field} "
+        ):  # "tokens must …" names its field itself: say where it is, not the field twice
             where = parent
         reasons.append(f"{where}: {words}" if where else words)
     return "; ".join(reasons) or "invalid"

@@ -17,7 +17,6 @@ from client.client import FeatureClient
 from client.exchange import formats
 from client.exchange.formats import FORMATS, ExportShape, Found
 from schemas.api import ImportRequest, ImportResult
-from schemas.backend import measured_first
 from schemas.content_hash import content_hash
 from schemas.exchange import (
     CONVENTIONS,
@@ -28,9 +27,8 @@ from schemas.exchange import (
     from_format_ids,
     to_format_ids,
 )
-from schemas.featureset import FeatureSet, LayerId, nearest_holding, normalise_layers
+from schemas.featureset import FeatureSet, LayerId, normalise_layers
 from schemas.files import atomic_write
-from schemas.keys import EntryKey
 from schemas.manifest import Manifest
 from schemas.states import CompletionSource, ImportStatus
 from schemas.tensors import RawTensor
@@ -46,34 +44,6 @@ def _one(values: Iterable[str], what: str, option: str) -> str:
             f"these entries span {len(distinct)} {what}s ({', '.join(distinct)[:200]}): pick one ({option})"
         )
     return distinct[0]
-
-
-def newest_versions(
-    manifests: Iterable[Manifest], measured_only: bool = False, holding: FeatureSet | None = None
-) -> list[Manifest]:
-    """The newest version of each entry key (a listing shows every version, oldest first), in listing order. With
-    `measured_only` (an export that names no backend), a prompt stored both as extracted here and as imported
-    (`unknown`) gives the extracted one, as a read that names no backend does. With `holding`, only entries whose
-    featureset holds it, and of one prompt, model revision and backend the nearest, as a read of it resolves."""
-    newest: dict[EntryKey, Manifest] = {}
-    for manifest in manifests:
-        newest[manifest.key] = manifest
-    chosen = list(newest.values())
-    if holding is not None:
-        held: dict[tuple[str, str, str], list[FeatureSet]] = {}
-        for manifest in chosen:
-            held.setdefault((manifest.prompt_hash, manifest.model_revision, manifest.backend), []).append(
-                manifest.featureset
-            )
-        nearest = {where: nearest_holding(found, holding) for where, found in held.items()}
-        chosen = [m for m in chosen if nearest[(m.prompt_hash, m.model_revision, m.backend)] == m.featureset]
-    if measured_only:
-        backends: dict[str, set[str]] = {}
-        for manifest in chosen:
-            backends.setdefault(manifest.prompt_hash, set()).add(manifest.backend)
-        preferred = {prompt: measured_first(found) for prompt, found in backends.items()}
-        chosen = [m for m in chosen if m.backend in preferred[m.prompt_hash]]
-    return chosen
 
 
 def export(

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 from schemas import chunk_wire, wire
 from schemas.api import EntriesPage
-from schemas.backend import measured_first
 from schemas.content_hash import content_hash
-from schemas.featureset import LayerId, nearest_holding
+from schemas.featureset import LayerId
 from schemas.http import BODY_FORMATS, FALLBACK, SERVED_HASH_HEADER, BodyFormat
 from schemas.keys import CURSOR, EntryFilter, FeatureKey
 from schemas.manifest import LAYER_ARRAYS, Manifest
+from schemas.resolution import serving
 from schemas.tensors import RawTensor, TensorLayout
 from schemas.timestamps import stamp
 from schemas.tokens import TokenRange
@@ -45,8 +45,8 @@ class FeatureReader:
 
     def resolve(self, key: FeatureKey, layers: list[LayerId] | None = None) -> Manifest:
         """The newest version of the one entry the key names; a key part left out must be unambiguous once the
-        rules of `_preferred` have spoken."""
-        found = _preferred(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers)
+        rules of `schemas.resolution` have spoken."""
+        found = serving(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers)
         if not found:
             stored = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash), limit=_CANDIDATES)
             if not stored:
@@ -256,30 +256,6 @@ class FeatureReader:
         page = found[:limit]
         next_cursor = str(page[-1].seq) if len(found) > limit and page else None
         return EntriesPage(entries=page, next_cursor=next_cursor)
-
-
-def _preferred(found: list[Manifest], key: FeatureKey, layers: list[LayerId] | None) -> list[Manifest]:
-    """The candidates the rules keep. Parts of a featureset the key names keep only entries that have them (and the
-    layers read); with a dtype and layers (and no id), of one model revision and backend, the one featureset
-    nearest them (itself, else the fewest layers, then the fewest parts beyond). The rest are soft: a rule that
-    would keep none keeps all (the error then names them). A read that names no backend prefers entries extracted
-    here over imported (`unknown`) ones; one that names layers but no featureset in any way prefers featuresets
-    holding those layers, and of those, exactly those."""
-    found = [m for m in found if key.admits(m.featureset, layers)]
-    rules = []
-    if key.backend is None:
-        chosen = measured_first({m.backend for m in found})
-        rules.append(lambda m: m.backend in chosen)
-    if key.featureset is None and not key.by_parts and layers:
-        rules.append(lambda m: set(layers) <= set(m.featureset.layers))
-        rules.append(lambda m: set(layers) == set(m.featureset.layers))  # and among those, exactly those layers
-    for rule in rules:
-        found = [m for m in found if rule(m)] or found
-    wanted = key.wanted(layers)
-    if wanted is not None and len({(m.model_revision, m.backend) for m in found}) == 1:
-        nearest = nearest_holding((m.featureset for m in found), wanted)
-        found = [m for m in found if nearest is not None and m.featureset_id == nearest.id]
-    return found
 
 
 @contextmanager

@@ -13,9 +13,10 @@ from typing import Literal, get_args
 from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
 from schemas.backend import Backend
 from schemas.content_hash import content_hash
-from schemas.featureset import FeatureSet, nearest_holding
+from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import Manifest
+from schemas.resolution import nearest_version
 from schemas.samples import ParsedSample
 from schemas.states import CompletionSource, Existing, ExtractStatus
 from service.catalog.protocol import VersionCatalog
@@ -112,9 +113,7 @@ class FeatureWriter:
         """The newest sound version of the stored entry nearest `featureset` among those of the key's model
         revision and backend whose featureset holds it (a union of recipes' layers serves each recipe's reads)."""
         where = EntryFilter(prompt_hash=key.prompt_hash, model_revision=key.model_revision, backend=key.backend)
-        newest = {m.featureset_id: m for m in self.versions.find(where, limit=_CANDIDATES)}  # oldest first
-        nearest = nearest_holding((m.featureset for m in newest.values() if not m.corrupt), featureset)
-        return newest[nearest.id] if nearest is not None else None
+        return nearest_version(self.versions.find(where, limit=_CANDIDATES), featureset)
 
     def extract(
         self, request: ExtractRequest, *, run_now: bool = False, completions: Completions | None = None

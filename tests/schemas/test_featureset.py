@@ -6,7 +6,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from schemas.featureset import FeatureSet, build_target_layer_ids, nearest_holding, parse_layers
+from schemas.featureset import FeatureSet, build_target_layer_ids, parse_layers
+from schemas.resolution import nearest_holding
 
 
 def test_default_layers_are_dflash() -> None:
