@@ -441,7 +441,7 @@ def _raw_rate(url: str, s3, manifests: list) -> dict[str, float]:
     from client.direct import _runs
     from client.keys import batch_item
     from schemas.api import BatchRequest
-    from schemas.chunk_wire import DirectEntries
+    from schemas.chunk_body import DirectEntries
 
     asked = BatchRequest(keys=[batch_item(m.feature_key()) for m in manifests])
     answer = httpx.post(f"{url}/v1/features:locate", json=asked.model_dump(mode="json", exclude_none=True))

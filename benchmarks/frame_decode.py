@@ -1,4 +1,4 @@
-"""How fast a reader unpacks stored chunk frames: `schemas.frames.chunk_bytes` (C-Blosc2, the interpreter lock
+"""How fast a reader unpacks stored chunk frames: `schemas.stored_chunk.chunk_bytes` (C-Blosc2, the interpreter lock
 released) against numcodecs' `Blosc.decode` (C-Blosc1: what every reader used before), side by side in one run.
 Chunks as the store writes them (256 tokens x 1 layer x 5120 bf16, `benchmarks.serve.hidden_like` values), every
 codec of `schemas.codecs`, each decoded into a per-thread scratch by 1..n threads at once, the two decoders
@@ -30,7 +30,7 @@ from benchmarks.records import record_header
 from benchmarks.serve import hidden_like
 from schemas.chunks import crc32c
 from schemas.codecs import StoreCodec
-from schemas.frames import chunk_bytes
+from schemas.stored_chunk import chunk_bytes
 from service.storage.shard_writer import blosc_for
 
 GB = 1e9
@@ -100,22 +100,23 @@ def main() -> None:
             before(frame, scratch)
             assert scratch.tobytes() == chunk.tobytes()
             assert chunk_bytes(memoryview(frame), nbytes, scratch).tobytes() == chunk.tobytes()
-        best: dict[str, dict[int, float]] = {"numcodecs": {}, "schemas.frames": {}}
+        best: dict[str, dict[int, float]] = {"numcodecs": {}, "schemas.stored_chunk": {}}
         for _ in range(args.rounds):
             for n in counts:
-                for name, decode in (("numcodecs", before), ("schemas.frames", after)):
+                for name, decode in (("numcodecs", before), ("schemas.stored_chunk", after)):
                     got = rate(decode, framed, nbytes, n, args.passes)
                     best[name][n] = max(best[name].get(n, 0.0), got)
         ratio = sum(c.nbytes for c in chunks) / sum(len(f) for f in framed)
         results[codec.value] = {
             "ratio": ratio,
             "gbs": {name: {str(n): g for n, g in per.items()} for name, per in best.items()},
-            "speedup": {str(n): best["schemas.frames"][n] / best["numcodecs"][n] for n in counts},
+            "speedup": {str(n): best["schemas.stored_chunk"][n] / best["numcodecs"][n] for n in counts},
         }
         for n in counts:
             print(
                 f"{codec.value:<15} ratio {ratio:.3f}  {n:>2} threads  numcodecs {best['numcodecs'][n]:6.2f} GB/s  "
-                f"schemas.frames {best['schemas.frames'][n]:6.2f} GB/s  x{results[codec.value]['speedup'][str(n)]:.2f}",
+                f"schemas.stored_chunk {best['schemas.stored_chunk'][n]:6.2f} GB/s  "
+                f"x{results[codec.value]['speedup'][str(n)]:.2f}",
                 flush=True,
             )
     record = {

@@ -24,7 +24,7 @@ from pathlib import Path
 from client.chunk_checks import CheckedCopy, verify_decoded
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
-from schemas import datasets, wire
+from schemas import datasets, safetensors_body
 from schemas.datasets import DatasetIndex
 from schemas.files import atomic_write
 from schemas.keys import is_content_hash
@@ -101,11 +101,11 @@ class FeatureCache:
         if path.exists():
             return
         manifest = features.manifest
-        metadata = wire.served_metadata(
+        metadata = safetensors_body.served_metadata(
             manifest.model_dump_json(), features.layers, features.tokens, manifest.content_hash, True
         )
         # a cache: a lost file costs a refetch, and every read is verified, so no fsync
-        body = wire.encode_parts(features.tensors.values(), metadata)
+        body = safetensors_body.encode_parts(features.tensors.values(), metadata)
         atomic_write(path, body, staging_dir=self.directory / "tmp", durable=False)
         self._evict()
 

@@ -22,14 +22,14 @@ from client.keys import KeyLike, batch_item, part_of_parts, snapshot_key
 from client.receive import Verify, receive
 from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
-from schemas import datasets, wire
+from schemas import batch_frames, datasets
 from schemas.api import (
     BatchRequest,
     DatasetInfo,
     DatasetRequest,
     FeatureRead,
 )
-from schemas.chunk_wire import DirectEntries
+from schemas.chunk_body import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import BY_FRAME_KIND, DEFAULT_URL, ERROR_FRAME, BodyFormat, accept_header, format_of
 from schemas.keys import FeatureKey
@@ -221,7 +221,9 @@ class FeatureClient(ServiceCalls):
         with self._transport.stream("POST", "/v1/features:batch", json=body, headers=self._accept) as response:
             for index, item in enumerate(request.keys):  # each frame decoded as it arrives
                 try:
-                    length, kind = wire.FRAME_PREFIX.unpack(read_exactly(response, wire.FRAME_PREFIX.size))
+                    length, kind = batch_frames.FRAME_PREFIX.unpack(
+                        read_exactly(response, batch_frames.FRAME_PREFIX.size)
+                    )
                     frame = Exactly(response, length)
                     if kind == ERROR_FRAME:
                         raise batch_error(index, item, memoryview(read_exactly(frame, length)))

@@ -12,9 +12,9 @@ from client.errors import IntegrityError
 from client.features import Features
 from client.host_memory import HOST_MEMORY
 from client.receive import ChunkDecoder, Verify
-from schemas.chunk_wire import DirectEntry
+from schemas.chunk_body import DirectEntry
+from schemas.http import MalformedBody
 from schemas.manifest import Manifest
-from schemas.wire import WireFormatError
 
 
 def _runs(entry: DirectEntry) -> list[tuple[str, int, int, int]]:
@@ -39,7 +39,7 @@ def read_direct(entry: DirectEntry, objects: Connections, pool: ThreadPoolExecut
     try:
         manifest = Manifest.model_validate_json(header.manifest)
         header.checked(manifest)
-    except (ValueError, WireFormatError) as exc:
+    except (ValueError, MalformedBody) as exc:
         raise IntegrityError(f"malformed direct-read answer: {exc}") from None
     view = memoryview(HOST_MEMORY.take(header.data_bytes))
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from client.errors import IntegrityError
-from schemas import wire
+from schemas import safetensors_body
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
+from schemas.http import MalformedBody
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES, TOPK_IDS, TOPK_LOGPROBS, TOPK_MASS, Manifest
 from schemas.tensors import RawTensor
 
@@ -81,7 +82,7 @@ class Features:
     def full(self) -> bool:
         """True when every layer and token of the entry was served (the content hash then covers it)."""
         m = self.manifest
-        return wire.covers_whole(list(m.featureset.layers), m.num_tokens, self.layers, self.tokens)
+        return safetensors_body.covers_whole(list(m.featureset.layers), m.num_tokens, self.layers, self.tokens)
 
 
 def decode_verified(
@@ -91,10 +92,10 @@ def decode_verified(
     the service computed over the slice it read (whose chunks it checked against their crc32c). `by_chunks` may
     check a full entry against its write-time chunk digests instead (True when it did)."""
     try:
-        decoded = wire.decode(body)
+        decoded = safetensors_body.decode(body)
         manifest = Manifest.model_validate_json(decoded.metadata["manifest"])
-        served = wire.parse_served(decoded.metadata)
-    except (wire.WireFormatError, KeyError, ValueError) as exc:
+        served = safetensors_body.parse_served(decoded.metadata)
+    except (MalformedBody, KeyError, ValueError) as exc:
         raise IntegrityError(f"malformed features body: {exc}") from None
     features = Features(manifest, decoded.tensors, served.layers, served.tokens)
     if by_chunks is not None and features.full and by_chunks(features):

@@ -23,14 +23,13 @@ from client.decode_pool import decoders, scratch_block
 from client.errors import IntegrityError
 from client.features import Features, decode_verified
 from client.host_memory import HOST_MEMORY
-from schemas import chunk_wire
+from schemas import chunk_body
 from schemas.chunks import ChunkDigests, as_positions, grid, touched, unflatten
 from schemas.content_hash import content_hash
-from schemas.frames import FrameError, chunk_bytes
-from schemas.http import BodyFormat
+from schemas.http import BodyFormat, MalformedBody
 from schemas.manifest import HIDDEN_SCALES, Manifest
+from schemas.stored_chunk import StoredChunkError, chunk_bytes
 from schemas.tensors import DTYPES, RawTensor
-from schemas.wire import WireFormatError
 
 Verify = Literal["chunks", "full"]
 
@@ -38,7 +37,7 @@ Verify = Literal["chunks", "full"]
 class _Array:
     """One array being assembled: its output, and per dimension where each touched chunk's positions go."""
 
-    def __init__(self, sent: chunk_wire.SentArray, digests: ChunkDigests, deferred: bool = False) -> None:
+    def __init__(self, sent: chunk_body.SentArray, digests: ChunkDigests, deferred: bool = False) -> None:
         self.sent = sent
         self.digests = digests
         self.dtype = np.dtype(DTYPES[sent.dtype][1])
@@ -60,7 +59,7 @@ class _Array:
         assert out is not None, "a deferred array decodes only into the batch it was handed"
         try:
             block = chunk_bytes(frame, self.nbytes, scratch_block(self.nbytes))
-        except FrameError as exc:
+        except StoredChunkError as exc:
             raise IntegrityError(f"{self.sent.name}: chunk {at} {exc}") from None
         typed = block.view(self.dtype).reshape(self.sent.chunk)
         if not self.digests.matches(at, typed):
@@ -101,7 +100,7 @@ class ChunkDecoder:
         self.verify = verify
         self.defer = defer  # an array left in its frames for a `ReceivedCopy` (a full read's, checked by chunks)
         self._deferred: tuple[_Array, list[tuple[int, int, int]]] | None = None
-        self.header: chunk_wire.ChunkHeader | None = None
+        self.header: chunk_body.ChunkHeader | None = None
         self.manifest: Manifest | None = None
         self._start = 0
         self._queue: list[tuple[_Array, int, int, int]] = []  # (array, position in grid, offset, length)
@@ -113,7 +112,7 @@ class ChunkDecoder:
         try:
             if self.header is None and not self._read_header(filled):
                 return
-        except WireFormatError as exc:
+        except MalformedBody as exc:
             raise IntegrityError(f"malformed chunk body: {exc}") from None
         while self._next < len(self._queue):
             array, at, offset, length = self._queue[self._next]
@@ -125,7 +124,7 @@ class ChunkDecoder:
 
     @classmethod
     def of_data(
-        cls, header: chunk_wire.ChunkHeader, manifest: Manifest, data: memoryview, verify: Verify = "chunks"
+        cls, header: chunk_body.ChunkHeader, manifest: Manifest, data: memoryview, verify: Verify = "chunks"
     ) -> ChunkDecoder:
         """A decoder for a body's data alone (a direct read's chunks, fetched from the store into `data`), whose
         header came separately and was checked against its manifest."""
@@ -134,13 +133,13 @@ class ChunkDecoder:
         return decoder
 
     def _read_header(self, filled: int) -> bool:
-        size = chunk_wire.header_length(self.buffer[:filled])
+        size = chunk_body.header_length(self.buffer[:filled])
         if size is None or filled < size:
             return False
-        self._begin(*chunk_wire.decode_header(self.buffer[:size]))
+        self._begin(*chunk_body.decode_header(self.buffer[:size]))
         return True
 
-    def _begin(self, header: chunk_wire.ChunkHeader, manifest: Manifest, start: int) -> None:
+    def _begin(self, header: chunk_body.ChunkHeader, manifest: Manifest, start: int) -> None:
         self.header, self.manifest, self._start = header, manifest, start
         # not an fp8 entry's hidden states: they are dequantised with their scales, not copied as they are
         deferrable = self.verify == "chunks" and header.full and HIDDEN_SCALES not in manifest.tensors

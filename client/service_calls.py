@@ -9,7 +9,7 @@ from typing import Any, Unpack
 
 from client.keys import featureset_of, key_of_parts, part_of_parts
 from client.transport import Transport
-from schemas import wire
+from schemas import safetensors_body
 from schemas.api import (
     IMPORT_METADATA,
     AuditReport,
@@ -172,7 +172,7 @@ class ServiceCalls:
         """Store features computed elsewhere (hsstore's layout: hidden_states bf16 [T, L, H], input_ids int32 [T],
         loss_mask uint8 [T] optional), under `request.content_hash`, which the service checks against the bytes.
         `hsstore import` reads SpecForge and speculators files into this (`client.exchange`)."""
-        body = b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
+        body = b"".join(safetensors_body.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
         headers = {"content-type": BODY_FORMATS[BodyFormat.SAFETENSORS].media_type}
         return self._transport.call(ImportResult, "POST", "/v1/entries:import", content=body, headers=headers)
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 class StoreCodec(StrEnum):
     # bit-shuffle + lz4: 1.25x on the 27B target's hidden states; decodes at 3.3 GB/s per thread on the GPU host's
-    # CPU through `schemas.frames` (blosc2), 1.8 through numcodecs (`benchmarks/frame_decode.py`)
+    # CPU through `schemas.stored_chunk` (blosc2), 1.8 through numcodecs (`benchmarks/frame_decode.py`)
     LZ4_BITSHUFFLE = "lz4-bitshuffle"
     # byte-shuffle + zstd level 1: 1.29x, decodes at 0.44 GB/s per thread; the default before the measurement
     ZSTD1_SHUFFLE = "zstd1-shuffle"

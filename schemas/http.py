@@ -1,6 +1,6 @@
 """What the client and the service agree on over HTTP besides the models: where a service listens unless told
-otherwise, and the formats a features body comes in (the chunk wire's layout lives in chunk_wire, safetensors' in
-wire, the dataset index's in datasets). Only the standard library: the CLI reads this before it loads anything else.
+otherwise, and the formats a features body comes in (their layouts live in chunk_body and safetensors_body, a batch's
+framing in batch_frames, the dataset index's in datasets). Only the standard library: the CLI reads this first.
 
 A format is one row of BODY_FORMATS: its name, its media type (what a client lists in Accept and a response's
 Content-Type names) and its frame kind (what a batch response's frame prefix names). The service sends the first
@@ -20,9 +20,13 @@ SERVED_HASH_HEADER = "X-Hsstore-Served-Hash"  # sha256 of the tensors a safetens
 ERROR_FRAME = 1  # a batch frame holding the error envelope of a key that could not be served once the response began
 
 
+class MalformedBody(ValueError):
+    """The bytes are not a well-formed body of the format they claim (safetensors, chunks, a batch's frames)."""
+
+
 class BodyFormat(StrEnum):
     SAFETENSORS = "safetensors"  # the tensors decoded by the service, the manifest in the header metadata
-    CHUNKS = "chunks"  # the stored chunks as they lie, with their index (schemas.chunk_wire)
+    CHUNKS = "chunks"  # the stored chunks as they lie, with their index (schemas.chunk_body)
 
 
 @dataclass(frozen=True, slots=True)

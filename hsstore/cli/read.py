@@ -25,7 +25,7 @@ def get(
     ] = None,
 ) -> None:
     """Fetch one entry, verify it, print its manifest summary (and write it with --out)."""
-    from schemas import wire
+    from schemas import safetensors_body
 
     with client_of(ctx) as client:
         whole = resolve_prompt_hash(client, prompt_hash, backend=backend)
@@ -45,7 +45,7 @@ def get(
         f"hidden_states   {list(hidden.shape)} {hidden.dtype}"
     )
     if out_file is not None:
-        body = wire.encode(features.tensors.values(), {"manifest": m.model_dump_json()})
+        body = safetensors_body.encode(features.tensors.values(), {"manifest": m.model_dump_json()})
         out_file.write_bytes(body)
         tensors = ", ".join(f"{t.name} {list(t.shape)} {t.dtype}" for t in features.tensors.values())
         typer.echo(f"wrote {out_file} ({len(body):,} bytes, safetensors): {tensors}")

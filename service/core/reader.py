@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from schemas import chunk_wire, wire
+from schemas import chunk_body, safetensors_body
 from schemas.api import EntriesPage
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
@@ -93,7 +93,7 @@ class FeatureReader:
             except ValueError as exc:
                 raise InvalidRequest(str(exc)) from None
         rows = None if span == (0, manifest.num_tokens) else span
-        full = wire.covers_whole(stored, manifest.num_tokens, served_layers, span)
+        full = safetensors_body.covers_whole(stored, manifest.num_tokens, served_layers, span)
         return Part(served_layers, span, Selection(rows, axis1), full)
 
     def body(
@@ -125,7 +125,7 @@ class FeatureReader:
         def read() -> tuple[dict[str, str], Iterable[bytes | memoryview]]:
             served = self._read(manifest, part)
             # the header, then each tensor's own buffer: no joined copy of the body is made
-            return {SERVED_HASH_HEADER: served.served_hash}, wire.encode_parts(
+            return {SERVED_HASH_HEADER: served.served_hash}, safetensors_body.encode_parts(
                 served.tensors.values(), served.metadata()
             )
 
@@ -172,7 +172,7 @@ class FeatureReader:
                 offset += length
             axis1 = part.selection.axis1.get(name)
             arrays.append(
-                chunk_wire.SentArray(
+                chunk_body.SentArray(
                     name=name,
                     dtype=info.dtype,
                     shape=info.shape,
@@ -183,7 +183,7 @@ class FeatureReader:
                     chunks=sent,
                 )
             )
-        header = chunk_wire.ChunkHeader(
+        header = chunk_body.ChunkHeader(
             manifest=manifest.model_dump_json(),
             layers=part.layers,
             tokens=part.tokens,
@@ -191,13 +191,13 @@ class FeatureReader:
             arrays=arrays,
             data_bytes=offset,
         )
-        encoded = chunk_wire.encode_header(header)
+        encoded = chunk_body.encode_header(header)
         arrays_located = [(n, w.chunks) for n, w in sorted(located.items())]
         return ChunkBody(part, header, encoded, arrays_located, len(encoded) + offset)
 
     def direct(
         self, manifest: Manifest, layers: list[LayerId] | None, tokens: TokenRange | None, expires_s: float
-    ) -> chunk_wire.DirectEntry:
+    ) -> chunk_body.DirectEntry:
         """What a client needs to read a part straight from the object store: the chunk header, each array's
         presigned shard URL and where in the shard each chunk lies."""
         body = self._chunk_body(manifest, self.part(manifest, layers, tokens))
@@ -217,7 +217,7 @@ class FeatureReader:
             urls[name] = url
         offsets = {name: [offset for _, offset, _ in chunks] for name, chunks in body.arrays}
         expires = stamp(datetime.now(UTC) + timedelta(seconds=expires_s))
-        return chunk_wire.DirectEntry(header=body.header, urls=urls, shard_offsets=offsets, expires_at=expires)
+        return chunk_body.DirectEntry(header=body.header, urls=urls, shard_offsets=offsets, expires_at=expires)
 
     def chunk_pieces(self, manifest: Manifest, body: ChunkBody) -> Iterator[bytes | memoryview]:
         """The bytes of a chunk body, in pieces, as the store holds them. Every array is opened here, before the
@@ -245,8 +245,10 @@ class FeatureReader:
                 shape[1] = len(part.layers)
             layout.append(TensorLayout(name, info.dtype, tuple(shape)))
         served_hash = manifest.content_hash if part.full else _HASH_PLACEHOLDER
-        metadata = wire.served_metadata(manifest.model_dump_json(), part.layers, part.tokens, served_hash, part.full)
-        return wire.body_length(layout, metadata)
+        metadata = safetensors_body.served_metadata(
+            manifest.model_dump_json(), part.layers, part.tokens, served_hash, part.full
+        )
+        return safetensors_body.body_length(layout, metadata)
 
     def entries(self, where: EntryFilter, limit: int, cursor: str | None) -> EntriesPage:
         if cursor and not CURSOR.match(cursor):

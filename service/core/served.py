@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from schemas import chunk_wire, wire
+from schemas import chunk_body, safetensors_body
 from schemas.featureset import LayerId
 from schemas.http import FormatSpec
 from schemas.manifest import Manifest
@@ -34,7 +34,7 @@ class Served:
 
     def metadata(self) -> dict[str, str]:
         part = self.part
-        return wire.served_metadata(
+        return safetensors_body.served_metadata(
             self.manifest.model_dump_json(), part.layers, part.tokens, self.served_hash, part.full
         )
 
@@ -59,7 +59,7 @@ class ChunkBody:
     """A part of an entry as the chunk wire format sends it: the header, then each array's stored chunks."""
 
     part: Part
-    header: chunk_wire.ChunkHeader
+    header: chunk_body.ChunkHeader
     encoded: bytes  # the header as sent
     arrays: list[tuple[str, list[tuple[int, int, int]]]]  # per array, its chunks as the store located them
     length: int

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from schemas.chunks import ChunkDigests, as_positions, crc_ok, flat_index, touched
-from schemas.frames import FrameError, chunk_bytes
+from schemas.stored_chunk import StoredChunkError, chunk_bytes
 
 _EMPTY = np.uint64(2**64 - 1)
 # Shared by reads and writes: blosc and crc32c release the GIL, so chunks (de)compress in parallel.
@@ -247,7 +247,7 @@ def read_array(
         else:
             try:
                 block = chunk_bytes(memoryview(frame), block_bytes).view(dtype).reshape(chunk)
-            except FrameError as exc:
+            except StoredChunkError as exc:
                 raise ChecksumError(f"{layout.label}: chunk {coords} {exc}") from None
         if digests is not None:
             at = flat_index(coords, grid)

@@ -12,7 +12,7 @@ import pytest
 
 from client import FeatureClient, IntegrityError
 from client.receive import decode_chunks
-from schemas import chunk_wire
+from schemas import chunk_body
 from schemas.chunks import crc32c, digests_of, entry_digest
 from schemas.codecs import StoreCodec
 from schemas.http import BODY_FORMATS, BodyFormat
@@ -103,7 +103,7 @@ def test_a_flipped_byte_anywhere_is_refused(client: FeatureClient, entries: list
     manifest = entries[2]
     for params in ({}, {"layers": "3", "tokens": "7:41"}):
         body = _raw_chunk_body(client, manifest, **params)
-        header, _, data_start = chunk_wire.decode_header(memoryview(body))
+        header, _, data_start = chunk_body.decode_header(memoryview(body))
         decode_chunks(body)  # as sent: accepted
         # every byte of the prefix, header and index; and bytes at the start, middle and end of every chunk
         positions = list(range(data_start))
@@ -124,8 +124,8 @@ def test_a_flipped_byte_anywhere_is_refused(client: FeatureClient, entries: list
 
 def _with_header(body: bytes, change) -> bytes:
     """The body with its header changed by `change` and a valid crc32c: a consistent header that lies."""
-    header, _, data_start = chunk_wire.decode_header(memoryview(body))
-    return chunk_wire.encode_header(change(header)) + body[data_start:]
+    header, _, data_start = chunk_body.decode_header(memoryview(body))
+    return chunk_body.encode_header(change(header)) + body[data_start:]
 
 
 def test_an_index_that_lies_is_refused_even_with_a_valid_header_checksum(
@@ -133,10 +133,10 @@ def test_an_index_that_lies_is_refused_even_with_a_valid_header_checksum(
 ) -> None:
     body = _raw_chunk_body(client, entries[2], tokens="0:40")
 
-    def hidden(header: chunk_wire.ChunkHeader) -> tuple[int, chunk_wire.SentArray]:
+    def hidden(header: chunk_body.ChunkHeader) -> tuple[int, chunk_body.SentArray]:
         return next((i, a) for i, a in enumerate(header.arrays) if a.name == "hidden_states")
 
-    def edit(header: chunk_wire.ChunkHeader, **update) -> chunk_wire.ChunkHeader:
+    def edit(header: chunk_body.ChunkHeader, **update) -> chunk_body.ChunkHeader:
         index, array = hidden(header)
         arrays = list(header.arrays)
         arrays[index] = array.model_copy(update=update)

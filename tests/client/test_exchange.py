@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from client import FeatureClient, InvalidRequestError, compute_features
 from client.exchange import export, import_dir, newest_versions, plan_import
 from hsstore.cli import app as cli
-from schemas import wire
+from schemas import safetensors_body
 from schemas.api import IMPORT_METADATA, ImportRequest
 from schemas.content_hash import content_hash
 from schemas.exchange import EXPORT_INDEX, ExportFormat, ExportIndex
@@ -250,7 +250,7 @@ def test_a_foreign_specforge_dump_imports_under_backend_unknown_with_its_mask_as
 
 
 def _import_body(tensors: list[RawTensor], request: ImportRequest) -> bytes:
-    return b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
+    return b"".join(safetensors_body.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
 
 
 def test_bad_imports_are_refused_with_a_4xx_and_store_nothing(http: httpx.Client, tiny_loaded: LoadedModel) -> None:
@@ -285,7 +285,7 @@ def test_bad_imports_are_refused_with_a_4xx_and_store_nothing(http: httpx.Client
         response = http.post("/v1/entries:import", content=_import_body(tensors, request))
         assert 400 <= response.status_code < 500, (name, response.status_code, response.text)
         assert response.json()["error"]["code"], name
-    for body in (b"not safetensors", wire.encode_parts(good, {"import": "{}"})[0]):
+    for body in (b"not safetensors", safetensors_body.encode_parts(good, {"import": "{}"})[0]):
         response = http.post("/v1/entries:import", content=body)
         assert response.status_code == 422 and response.json()["error"]["code"] == "invalid_request"
     assert http.get("/v1/entries").json()["entries"] == []

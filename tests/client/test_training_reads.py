@@ -27,7 +27,7 @@ from client import (
 from client.chunk_checks import CheckedCopy
 from client.receive import ReceivedCopy
 from client.torch_data import to_sample
-from schemas import chunk_wire
+from schemas import chunk_body
 from schemas.http import BODY_FORMATS, BodyFormat
 from tests.conftest import wait_for
 from tests.support.flipping_proxy import FlippingProxy
@@ -97,7 +97,7 @@ def test_store_reads_only_the_chunks_a_slice_needs(
     whole = client._http.get(path, headers=accept)
     part = client._http.get(path, params={"layers": "2", "tokens": "0:200"}, headers=accept)
     assert whole.headers["content-type"] == part.headers["content-type"] == CHUNKS_MEDIA_TYPE
-    (whole_header, _, _), (part_header, _, _) = (chunk_wire.decode_header(memoryview(r.content)) for r in (whole, part))
+    (whole_header, _, _), (part_header, _, _) = (chunk_body.decode_header(memoryview(r.content)) for r in (whole, part))
     assert part_header.data_bytes * 10 < whole_header.data_bytes
 
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterable
 from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
-from schemas import chunk_wire, wire
+from schemas import batch_frames, chunk_body
 from schemas.api import BatchRequest, FeatureRead
 from schemas.http import BODY_FORMATS, ERROR_FRAME, FRAMES_MEDIA_TYPE
 from schemas.manifest import Manifest
@@ -118,14 +118,14 @@ def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsD
                 prepared = await upcoming
             except Exception as exc:  # the 200 is out: this key gets an error frame, the others still arrive
                 body = error_frame(exc)
-                yield wire.frame_prefix(ERROR_FRAME, len(body)) + body
+                yield batch_frames.frame_prefix(ERROR_FRAME, len(body)) + body
                 prepared = None
             if index + 1 < len(resolved):
                 upcoming = read(index + 1)  # the next blob is read while this one streams
             if prepared is None:
                 continue
             kind, length, pieces = prepared
-            yield wire.frame_prefix(kind, length)
+            yield batch_frames.frame_prefix(kind, length)
             async for piece in slices(pieces):
                 yield piece
 
@@ -135,11 +135,11 @@ def batch_features(request: BatchRequest, reader: ReaderDep, settings: SettingsD
 @router.post(
     "/v1/features:locate",
     dependencies=[ReadScope],
-    response_model=chunk_wire.DirectEntries,
+    response_model=chunk_body.DirectEntries,
     summary="Where to read entries straight from the object store: chunk index, manifest, presigned shard URLs",
     responses=errors(401, 403, 404, 409, 413, 422),
 )
-def locate_features(request: BatchRequest, reader: ReaderDep, settings: SettingsDep) -> chunk_wire.DirectEntries:
+def locate_features(request: BatchRequest, reader: ReaderDep, settings: SettingsDep) -> chunk_body.DirectEntries:
     """For clients that read the chunks themselves (ranged GETs on the URLs, in parallel), verifying each against
     its write-time digest as they decode: the service then spends nothing per byte. 409 where the blobs are on
     the service's own disk."""
@@ -149,4 +149,4 @@ def locate_features(request: BatchRequest, reader: ReaderDep, settings: Settings
     for item in request.keys:
         manifest = reader.resolve(item.key, item.layers)
         entries.append(reader.direct(manifest, item.layers, item.token_range(), settings.direct_url_expires_s))
-    return chunk_wire.DirectEntries(entries=entries)
+    return chunk_body.DirectEntries(entries=entries)

@@ -4,9 +4,9 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from schemas import wire
+from schemas import safetensors_body
 from schemas.api import IMPORT_METADATA, ImportRequest, ImportResult
-from schemas.http import BODY_FORMATS, BodyFormat
+from schemas.http import BODY_FORMATS, BodyFormat, MalformedBody
 from schemas.validation import describe_errors
 from service.api.deps import ImporterDep, WriteScope
 from service.api.openapi import binary_body, errors
@@ -28,9 +28,9 @@ router = APIRouter(tags=["import"])
 async def import_entry(request: Request, importer: ImporterDep) -> ImportResult:
     body = await request.body()
     try:
-        decoded = wire.decode(body)
+        decoded = safetensors_body.decode(body)
         asked = ImportRequest.model_validate_json(decoded.metadata.get(IMPORT_METADATA, ""))
-    except wire.WireFormatError as exc:
+    except MalformedBody as exc:
         raise InvalidRequest(f"the body is not a safetensors features body: {exc}") from None
     except ValidationError as exc:
         reasons = describe_errors(exc.errors(include_url=False, include_input=False))

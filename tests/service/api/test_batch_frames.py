@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from client import FeatureClient, IntegrityError
-from schemas import wire
+from schemas import batch_frames
 from schemas.http import BODY_FORMATS, ERROR_FRAME, BodyFormat
 from service.settings import Settings
 
@@ -32,7 +32,7 @@ def test_a_corrupt_entry_in_a_batch_is_an_error_frame(
     keys = [{"prompt_hash": m.prompt_hash} for m in manifests]
     response = http.post("/v1/features:batch", json={"keys": keys})
     assert response.status_code == 200
-    frames = wire.split_frames(response.content)
+    frames = batch_frames.split_frames(response.content)
     assert [f.kind for f in frames] == [SAFETENSORS_KIND, ERROR_FRAME, SAFETENSORS_KIND]
     assert b'"corrupt_entry"' in bytes(frames[1].body)
     with pytest.raises(IntegrityError, match=r"keys\[1\].*damaged"):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from client import AmbiguousError, FeatureClient, NotFoundError
-from schemas import wire
+from schemas import safetensors_body
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash
 from tests.conftest import coding_prompts
@@ -73,7 +73,7 @@ def test_get_body_is_safetensors_with_manifest_metadata(client: FeatureClient, h
     m = client.extract([{"text": "wire"}]).results[0].manifest
     response = http.get(f"/v1/features/{m.prompt_hash}")
     assert response.headers["content-type"] == "application/octet-stream"
-    decoded = wire.decode(response.content)
+    decoded = safetensors_body.decode(response.content)
     assert '"content_hash"' in decoded.metadata["manifest"]
     assert set(decoded.tensors) == {"hidden_states", "input_ids"}
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from client import FeatureClient, ImplausibleError
 from hsstore.cli import app as cli
-from schemas import wire
+from schemas import safetensors_body
 from schemas.api import IMPORT_METADATA, ImportRequest
 from schemas.content_hash import content_hash
 from schemas.torch_tensors import from_torch
@@ -71,7 +71,7 @@ def post_import(http: httpx.Client, revision: str, hidden: torch.Tensor, ids: to
         content_hash=content_hash(tensors),
         prompt_tokens=len(ids),
     )
-    body = b"".join(wire.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
+    body = b"".join(safetensors_body.encode_parts(tensors, {IMPORT_METADATA: request.model_dump_json()}))
     return http.post("/v1/entries:import", content=body)
 
 

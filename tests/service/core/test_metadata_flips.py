@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from client.errors import IntegrityError
 from client.features import decode_verified
-from schemas import wire
+from schemas import safetensors_body
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
 from schemas.tokens import TokenRange
@@ -22,7 +22,7 @@ def served_or_refused(reader, manifest, layers, tokens) -> dict[str, bytes] | No
     """What a client would accept from this read (its bytes), or None if the service or the client refused it."""
     try:
         served = reader.read(manifest, layers, tokens)
-        features = decode_verified(wire.encode(served.tensors.values(), served.metadata()))
+        features = decode_verified(safetensors_body.encode(served.tensors.values(), served.metadata()))
     except (CorruptEntry, IntegrityError):
         return None
     return {name: bytes(t.data) for name, t in features.tensors.items()}

@@ -100,7 +100,7 @@ def test_a_swapped_blob_is_caught_by_the_service_or_the_client(settings: Setting
     by the content hash: on the service with verify_reads="content_hash", on receipt by the client otherwise."""
     from client.errors import IntegrityError
     from client.features import decode_verified
-    from schemas import wire
+    from schemas import safetensors_body
     from service.errors import CorruptEntry
 
     services = build_services(settings, tiny_loaded)
@@ -115,7 +115,7 @@ def test_a_swapped_blob_is_caught_by_the_service_or_the_client(settings: Setting
 
     served = services.reader.read(a)  # crc32c of every chunk is fine: the bytes are intact, only misplaced
     with pytest.raises(IntegrityError):
-        decode_verified(wire.encode(served.tensors.values(), served.metadata()))
+        decode_verified(safetensors_body.encode(served.tensors.values(), served.metadata()))
     strict = build_services(settings.model_copy(update={"verify_reads": "content_hash"}), tiny_loaded)
     with pytest.raises(CorruptEntry):
         strict.reader.read(a)

@@ -1,5 +1,5 @@
 """A stored chunk's frame is unpacked by one function for client and service: every codec a store writes (numcodecs'
-C-Blosc1 frames) comes back bit for bit through blosc2, and anything else is a FrameError, never other bytes."""
+C-Blosc1 frames) comes back bit for bit through blosc2, and anything else is a StoredChunkError, never other bytes."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from numcodecs import Blosc
 
 from schemas.chunks import crc32c
 from schemas.codecs import StoreCodec
-from schemas.frames import FrameError, chunk_bytes
+from schemas.stored_chunk import StoredChunkError, chunk_bytes
 from service.storage.shard_writer import blosc_for
 
 
@@ -47,11 +47,11 @@ def test_damaged_or_foreign_frames_are_refused(codec: StoreCodec) -> None:
     frame = _frame(chunk, codec)
     flipped = bytearray(frame)
     flipped[len(frame) // 2] ^= 0x01
-    with pytest.raises(FrameError, match="crc32c"):
+    with pytest.raises(StoredChunkError, match="crc32c"):
         chunk_bytes(memoryview(flipped), chunk.nbytes)
-    with pytest.raises(FrameError, match="one 65536-byte chunk"):  # another chunk's size than the array's
+    with pytest.raises(StoredChunkError, match="one 65536-byte chunk"):  # another chunk's size than the array's
         chunk_bytes(memoryview(frame), chunk.nbytes * 2)
-    with pytest.raises(FrameError, match="one"):
+    with pytest.raises(StoredChunkError, match="one"):
         chunk_bytes(memoryview(frame[:-10] + crc32c(frame[:-10])), chunk.nbytes)  # cut short, crc32c made anew
     # a frame whose header is intact and crc32c made anew but whose compressed bytes were damaged: refused when
     # blosc cannot decode it; when it can, the bytes differ and the chunk's digest is what catches it (tested
@@ -61,7 +61,7 @@ def test_damaged_or_foreign_frames_are_refused(codec: StoreCodec) -> None:
         body[16:] = bytes(len(body) - 16)
         try:
             got = chunk_bytes(memoryview(bytes(body) + crc32c(body)), chunk.nbytes)
-        except FrameError as exc:
+        except StoredChunkError as exc:
             assert "decode" in str(exc)
         else:
             assert got.tobytes() != chunk.tobytes()

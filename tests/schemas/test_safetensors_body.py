@@ -6,8 +6,9 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from schemas import wire
+from schemas import safetensors_body
 from schemas.content_hash import content_hash
+from schemas.http import MalformedBody
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch, to_torch
 
@@ -22,7 +23,7 @@ def sample_tensors() -> list[RawTensor]:
 
 
 def test_our_bodies_load_with_the_safetensors_library() -> None:
-    body = wire.encode(sample_tensors(), {"manifest": "{}"})
+    body = safetensors_body.encode(sample_tensors(), {"manifest": "{}"})
     loaded = st_load(body)
     for tensor in sample_tensors():
         assert torch.equal(loaded[tensor.name], to_torch(tensor))
@@ -30,14 +31,14 @@ def test_our_bodies_load_with_the_safetensors_library() -> None:
 
 def test_safetensors_library_bodies_decode_with_ours() -> None:
     tensors = {t.name: to_torch(t).clone() for t in sample_tensors()}
-    decoded = wire.decode(st_save(tensors, metadata={"k": "v"}))
+    decoded = safetensors_body.decode(st_save(tensors, metadata={"k": "v"}))
     assert decoded.metadata == {"k": "v"}
     assert content_hash(decoded.tensors.values()) == content_hash(sample_tensors())
 
 
 def test_hidden_states_start_aligned_and_every_tensor_decodes() -> None:
-    body = bytearray(wire.encode(sample_tensors(), {"m": "x" * 13}))
-    decoded = wire.decode(body)
+    body = bytearray(safetensors_body.encode(sample_tensors(), {"m": "x" * 13}))
+    decoded = safetensors_body.decode(body)
     hidden = decoded.tensors["hidden_states"]
     assert (np.frombuffer(hidden.data, dtype=np.uint8).ctypes.data - np.frombuffer(body, np.uint8).ctypes.data) % 8 == 0
     for tensor in sample_tensors():
@@ -55,8 +56,8 @@ def test_hidden_states_start_aligned_and_every_tensor_decodes() -> None:
     ],
 )
 def test_malformed_bodies_raise_wire_format_error(body: bytes) -> None:
-    with pytest.raises(wire.WireFormatError):
-        wire.decode(body)
+    with pytest.raises(MalformedBody):
+        safetensors_body.decode(body)
 
 
 def test_content_hash_changes_with_any_bit() -> None:

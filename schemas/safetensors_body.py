@@ -1,4 +1,4 @@
-"""The wire format: a safetensors body whose header metadata carries the manifest and what part of it was served.
+"""The safetensors body: safetensors whose header metadata carries the manifest and what part of it was served.
 
 Encoding writes the header then the tensors' own buffers (no re-serialisation); decoding returns zero-copy views.
 """
@@ -12,15 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from schemas.featureset import LayerId
-from schemas.http import BY_FRAME_KIND, ERROR_FRAME
+from schemas.http import MalformedBody
 from schemas.tensors import DTYPES, SAFETENSORS_TO_DTYPE, RawTensor, TensorLayout
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 _ALIGN = 8
-
-
-class WireFormatError(ValueError):
-    """The bytes are not a well-formed safetensors body."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +71,13 @@ def covers_whole(
 
 
 def parse_served(metadata: Mapping[str, str]) -> ServedPart:
-    """The `served` header metadata; WireFormatError if it is missing or malformed."""
+    """The `served` header metadata; MalformedBody if it is missing or malformed."""
     try:
         served = json.loads(metadata["served"])
         start, stop = served["tokens"]
         return ServedPart(list(served["layers"]), (int(start), int(stop)), str(served["content_hash"]))
     except (KeyError, TypeError, ValueError) as exc:
-        raise WireFormatError(f"malformed served metadata: {exc!r}") from None
+        raise MalformedBody(f"malformed served metadata: {exc!r}") from None
 
 
 def served_metadata(
@@ -101,16 +97,16 @@ def decode(body: bytes | bytearray | memoryview | mmap.mmap) -> Decoded:
     """Parse a safetensors body; tensor data are views into `body`."""
     view = memoryview(body).cast("B")
     if view.nbytes < 8:
-        raise WireFormatError("body shorter than the safetensors length prefix")
+        raise MalformedBody("body shorter than the safetensors length prefix")
     (header_len,) = struct.unpack("<Q", view[:8])
     if header_len > MAX_HEADER_BYTES or 8 + header_len > view.nbytes:
-        raise WireFormatError(f"header length {header_len} does not fit a {view.nbytes}-byte body")
+        raise MalformedBody(f"header length {header_len} does not fit a {view.nbytes}-byte body")
     try:
         header = json.loads(bytes(view[8 : 8 + header_len]))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WireFormatError(f"header is not JSON: {exc}") from None
+        raise MalformedBody(f"header is not JSON: {exc}") from None
     if not isinstance(header, dict):
-        raise WireFormatError("header is not a JSON object")
+        raise MalformedBody("header is not a JSON object")
     metadata = header.pop("__metadata__", {}) or {}
     data = view[8 + header_len :]
     tensors: dict[str, RawTensor] = {}
@@ -120,49 +116,11 @@ def decode(body: bytes | bytearray | memoryview | mmap.mmap) -> Decoded:
             dtype = SAFETENSORS_TO_DTYPE[info["dtype"]]
             shape = tuple(int(d) for d in info["shape"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise WireFormatError(f"tensor {name!r} has a malformed header entry: {exc!r}") from None
+            raise MalformedBody(f"tensor {name!r} has a malformed header entry: {exc!r}") from None
         if not 0 <= start <= end <= data.nbytes:
-            raise WireFormatError(f"tensor {name!r} offsets {start}:{end} fall outside the body")
+            raise MalformedBody(f"tensor {name!r} offsets {start}:{end} fall outside the body")
         try:
             tensors[name] = RawTensor(name, dtype, shape, data[start:end])
         except ValueError as exc:
-            raise WireFormatError(str(exc)) from None
+            raise MalformedBody(str(exc)) from None
     return Decoded(tensors=tensors, metadata={str(k): str(v) for k, v in metadata.items()})
-
-
-# A batch response is a sequence of frames, one per key in order, each an 8-byte little-endian length, a 1-byte
-# kind and then its body: a features body in a format the client accepts (its kind: `schemas.http.BODY_FORMATS`),
-# or the error envelope `{"error": {"code", "message"}}` as JSON (ERROR_FRAME) for a key that could not be served
-# once the response had begun; the other frames still arrive.
-FRAME_PREFIX = struct.Struct("<QB")
-
-
-@dataclass(frozen=True, slots=True)
-class Frame:
-    kind: int
-    body: memoryview
-
-
-def frame_length(parts: list[memoryview | bytes]) -> int:
-    return sum(memoryview(p).nbytes for p in parts)
-
-
-def frame_prefix(kind: int, length: int) -> bytes:
-    return FRAME_PREFIX.pack(length, kind)
-
-
-def split_frames(body: bytes | bytearray | memoryview) -> list[Frame]:
-    view = memoryview(body).cast("B")
-    frames, offset = [], 0
-    while offset < view.nbytes:
-        if offset + FRAME_PREFIX.size > view.nbytes:
-            raise WireFormatError("truncated frame prefix")
-        length, kind = FRAME_PREFIX.unpack_from(view, offset)
-        offset += FRAME_PREFIX.size
-        if kind != ERROR_FRAME and kind not in BY_FRAME_KIND:
-            raise WireFormatError(f"unknown frame kind {kind}")
-        if offset + length > view.nbytes:
-            raise WireFormatError(f"frame of {length} bytes runs past the body")
-        frames.append(Frame(kind, view[offset : offset + length]))
-        offset += length
-    return frames

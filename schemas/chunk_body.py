@@ -11,7 +11,7 @@ checks the header's crc32c, that the index names exactly the chunks the served p
 manifest recorded, each chunk's crc32c, and each decoded chunk's digest, then trims the chunks to the part.
 
 Negotiated (`schemas.http.BODY_FORMATS`): a client that lists the chunks' media type in its Accept header gets this;
-any other gets safetensors (`schemas.wire`), as does every entry written before chunk digests were recorded.
+any other gets safetensors (`schemas.safetensors_body`), as does every entry written before chunk digests were recorded.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from schemas.chunks import crc32c, crc_ok, entry_digest, grid, touched
 from schemas.featureset import LayerId
+from schemas.http import MalformedBody
 from schemas.manifest import LAYER_ARRAYS, Manifest
-from schemas.wire import WireFormatError
 
 MAGIC, VERSION = b"HSCK", 1
 _PREFIX = struct.Struct("<4sBI")
@@ -79,40 +79,40 @@ class ChunkHeader(BaseModel):
     data_bytes: int
 
     def checked(self, manifest: Manifest) -> None:
-        """WireFormatError unless the header is consistent with the manifest it carries: the arrays it recorded,
+        """MalformedBody unless the header is consistent with the manifest it carries: the arrays it recorded,
         their shapes and chunk shapes, exactly the chunks the served part needs, laid out back to back, each with
         the digest recorded when it was written."""
         if manifest.chunks_digest != entry_digest({n: t.chunks for n, t in manifest.tensors.items()}):
-            raise WireFormatError("the manifest's chunk digests are not the ones its entry digest covers")
+            raise MalformedBody("the manifest's chunk digests are not the ones its entry digest covers")
         if sorted(a.name for a in self.arrays) != sorted(manifest.tensors):
-            raise WireFormatError("the arrays sent are not the entry's arrays")
+            raise MalformedBody("the arrays sent are not the entry's arrays")
         stored_layers = list(manifest.featureset.layers)
         if any(layer not in stored_layers for layer in self.layers):
-            raise WireFormatError("the layers served are not the entry's")
+            raise MalformedBody("the layers served are not the entry's")
         layer_positions = [stored_layers.index(layer) for layer in self.layers]
         offset = 0
         for array in self.arrays:
             info = manifest.tensors[array.name]
             if info.chunks is None or array.dtype != info.dtype or array.shape != info.shape:
-                raise WireFormatError(f"{array.name}: not the array that was written")
+                raise MalformedBody(f"{array.name}: not the array that was written")
             if array.chunk != info.chunks.shape:
-                raise WireFormatError(f"{array.name}: not the chunk shape it was written with")
+                raise MalformedBody(f"{array.name}: not the chunk shape it was written with")
             if tuple(array.rows) != tuple(self.tokens) or not 0 <= array.rows[0] <= array.rows[1] <= array.shape[0]:
-                raise WireFormatError(f"{array.name}: rows {array.rows} are not the tokens served")
+                raise MalformedBody(f"{array.name}: rows {array.rows} are not the tokens served")
             if array.name in LAYER_ARRAYS:
                 positions = array.axis1 if array.axis1 is not None else list(range(array.shape[1]))
                 if positions != layer_positions:
-                    raise WireFormatError(f"{array.name}: the positions sent are not the layers served")
+                    raise MalformedBody(f"{array.name}: the positions sent are not the layers served")
             if array.axis1 is not None and not all(0 <= p < array.shape[1] for p in array.axis1):
-                raise WireFormatError(f"{array.name}: axis-1 positions fall outside the array")
+                raise MalformedBody(f"{array.name}: axis-1 positions fall outside the array")
             if [at for at, _, _, _ in array.chunks] != array.needed():
-                raise WireFormatError(f"{array.name}: the index does not list the chunks the served part needs")
+                raise MalformedBody(f"{array.name}: the index does not list the chunks the served part needs")
             for at, start, length, digest in array.chunks:
                 if start != offset or length <= _CRC or digest != info.chunks.digests[at]:
-                    raise WireFormatError(f"{array.name}: index entry for chunk {at} is not what was written")
+                    raise MalformedBody(f"{array.name}: index entry for chunk {at} is not what was written")
                 offset += length
         if offset != self.data_bytes:
-            raise WireFormatError(f"the index covers {offset} bytes of data, the header says {self.data_bytes}")
+            raise MalformedBody(f"the index covers {offset} bytes of data, the header says {self.data_bytes}")
 
 
 def encode_header(header: ChunkHeader) -> bytes:
@@ -128,9 +128,9 @@ def header_length(view: memoryview) -> int | None:
     magic, version, length = _PREFIX.unpack_from(view)
     length = int(length)
     if magic != MAGIC or version != VERSION:
-        raise WireFormatError(f"not an hsstore chunk body (magic {magic!r}, version {version})")
+        raise MalformedBody(f"not an hsstore chunk body (magic {magic!r}, version {version})")
     if length > MAX_HEADER_BYTES:
-        raise WireFormatError(f"header length {length} exceeds the limit")
+        raise MalformedBody(f"header length {length} exceeds the limit")
     return _PREFIX.size + length + _CRC
 
 
@@ -138,14 +138,14 @@ def decode_header(view: memoryview) -> tuple[ChunkHeader, Manifest, int]:
     """The header, its manifest (checked against each other) and where the data begins."""
     size = header_length(view)
     if size is None or view.nbytes < size:
-        raise WireFormatError("body shorter than its header")
+        raise MalformedBody("body shorter than its header")
     if not crc_ok(view[:size]):
-        raise WireFormatError("header checksum mismatch")
+        raise MalformedBody("header checksum mismatch")
     try:
         header = ChunkHeader.model_validate_json(bytes(view[_PREFIX.size : size - _CRC]))
         manifest = Manifest.model_validate_json(header.manifest)
     except ValidationError as exc:
-        raise WireFormatError(f"malformed header: {exc.error_count()} errors") from None
+        raise MalformedBody(f"malformed header: {exc.error_count()} errors") from None
     header.checked(manifest)
     return header, manifest, size
 

@@ -21,7 +21,7 @@ _HEADER_BYTES = 16
 _MEMCPYED = 0x02  # blosc's flag for a frame that holds its chunk as it is
 
 
-class FrameError(ValueError):
+class StoredChunkError(ValueError):
     """A stored chunk that fails its crc32c, is not a blosc frame of the chunk expected, or does not decode."""
 
 
@@ -37,19 +37,19 @@ def _blosc2() -> ModuleType:
 def chunk_bytes(frame: memoryview, nbytes: int, out: np.ndarray | None = None) -> np.ndarray:
     """The `nbytes` bytes of the chunk `frame` holds (blosc frame + crc32c), as uint8: a view of the frame itself
     where blosc stored the chunk as it is (codec "uncompressed": checked where it lies, never copied), else decoded
-    into `out` (uint8, at least `nbytes`; a new array if None). FrameError names what is wrong."""
+    into `out` (uint8, at least `nbytes`; a new array if None). StoredChunkError names what is wrong."""
     frame = memoryview(frame).cast("B")
     if not crc_ok(frame):
-        raise FrameError("fails its crc32c")
+        raise StoredChunkError("fails its crc32c")
     payload = frame[:-4]
     declared, _, stored = _SIZES.unpack_from(payload, 4) if payload.nbytes >= _HEADER_BYTES else (-1, -1, -1)
     if declared != nbytes or stored != payload.nbytes:
-        raise FrameError(f"is not a blosc frame of one {nbytes}-byte chunk")
+        raise StoredChunkError(f"is not a blosc frame of one {nbytes}-byte chunk")
     if payload[2] & _MEMCPYED and stored == nbytes + _HEADER_BYTES:
         return np.frombuffer(payload[_HEADER_BYTES:], dtype=np.uint8)
     out = np.empty(nbytes, dtype=np.uint8) if out is None else out[:nbytes]
     try:
         _blosc2().decompress2(payload, dst=out, nthreads=1)  # a context of its own: no global lock
     except (RuntimeError, ValueError) as exc:
-        raise FrameError(f"does not decode ({exc})") from None
+        raise StoredChunkError(f"does not decode ({exc})") from None
     return out
