@@ -24,7 +24,7 @@ from schemas.featureset import EMBED, FINAL_NORM, FeatureSet, LayerId
 EXPORT_INDEX = "hsstore_export.json"
 
 
-class ExportFormat(StrEnum):
+class ExchangeFormat(StrEnum):
     SPECFORGE = "specforge"  # rows_{g}-{g+2000}/data_{i}.ckpt: input_ids, loss_mask, hidden_states [1, T, L*H]
     SPECULATORS = "speculators"  # hidden_states/hs_{i}.safetensors: token_ids [T], hidden_states [T, L, H]
 
@@ -38,7 +38,7 @@ class LayerConvention:
     offset: int
     embed_id: int | None
 
-    def to_ids(self, layers: list[LayerId], fmt: ExportFormat) -> list[int]:
+    def to_ids(self, layers: list[LayerId], fmt: ExchangeFormat) -> list[int]:
         """hsstore layers as the format names them; ValueError for a layer the format has no id for."""
         if FINAL_NORM in layers:
             raise ValueError(f"{fmt} files hold no post-norm layer: export without 'final_norm' (--layers)")
@@ -54,11 +54,11 @@ class LayerConvention:
         return [EMBED if i == self.embed_id else i - self.offset for i in ids]
 
 
-CONVENTIONS: dict[ExportFormat, LayerConvention] = {
-    ExportFormat.SPECFORGE: LayerConvention(
+CONVENTIONS: dict[ExchangeFormat, LayerConvention] = {
+    ExchangeFormat.SPECFORGE: LayerConvention(
         "dflash: id L = output of decoder layer L = HF hidden_states[L+1] (hsstore's own ids)", offset=0, embed_id=None
     ),
-    ExportFormat.SPECULATORS: LayerConvention(
+    ExchangeFormat.SPECULATORS: LayerConvention(
         "speculators/vllm: id k = input of decoder layer k = HF hidden_states[k] "
         "(hsstore layer k-1; 0 = embed); the last id is the final layer, num_layers",
         offset=1,
@@ -67,11 +67,11 @@ CONVENTIONS: dict[ExportFormat, LayerConvention] = {
 }
 
 
-def to_format_ids(layers: list[LayerId], fmt: ExportFormat) -> list[int]:
+def to_format_ids(layers: list[LayerId], fmt: ExchangeFormat) -> list[int]:
     return CONVENTIONS[fmt].to_ids(layers, fmt)
 
 
-def from_format_ids(ids: list[int], fmt: ExportFormat) -> list[LayerId]:
+def from_format_ids(ids: list[int], fmt: ExchangeFormat) -> list[LayerId]:
     return CONVENTIONS[fmt].from_ids(ids)
 
 
@@ -94,7 +94,7 @@ class ExportIndex(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    format: ExportFormat
+    format: ExchangeFormat
     layer_convention: str
     layer_ids: list[int]  # in the format's convention, in the order the files hold them
     layers: list[LayerId]  # the same layers as hsstore names them

@@ -80,7 +80,7 @@ def main() -> None:
     from client import FeatureClient, FeatureSet
     from client.exchange import export, newest_versions
     from hsstore.demo_prompts import PROMPTS
-    from schemas.exchange import ExportFormat
+    from schemas.exchange import ExchangeFormat
     from service.main import create_app
     from service.model.devmodel import build_devmodel
     from service.settings import Settings
@@ -91,13 +91,13 @@ def main() -> None:
     prompts = [dict(p) for p in PROMPTS[:4]]
     prompts[1]["completion"] = {"text": "def f(x):\n    return x * 2\n"}
     with LiveServer(app) as url, FeatureClient(url) as client:
-        for fmt, layers in ((ExportFormat.SPECFORGE, [1, 3, 5]), (ExportFormat.SPECULATORS, [1, 3, 7])):
+        for fmt, layers in ((ExchangeFormat.SPECFORGE, [1, 3, 5]), (ExchangeFormat.SPECULATORS, [1, 3, 7])):
             featureset = FeatureSet(layers=layers)
             client.extract(prompts, featureset=featureset)
             manifests = newest_versions(client.entries(featureset=featureset.id))
             out = work / fmt.value
             index = export(client, manifests, fmt, out, num_layers=8)
-            if fmt == ExportFormat.SPECFORGE:
+            if fmt == ExchangeFormat.SPECFORGE:
                 reader = build_offline_reader("dflash", str(out), run_id="check", ttt_length=1, max_len=4096)
                 normalize = build_offline_normalizer(max_len=4096)
                 refs = reader.read()

@@ -27,7 +27,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save as save_safetensors
 
-from schemas.exchange import ExportFormat
+from schemas.exchange import ExchangeFormat
 from schemas.featureset import LayerId, layer_order
 from schemas.files import atomic_write
 
@@ -64,12 +64,12 @@ class ExportShape:
     hidden_size: int
 
 
-class ExchangeFormat(ABC):
+class FormatFiles(ABC):
     """One pipeline's files: where entry i goes and its bytes, what the pipeline's trainer needs beside them to
     train as they are, which layers it can take, and how its files are listed and read back. A new format is one
     subclass and one row of FORMATS (and its layer convention in schemas.exchange)."""
 
-    fmt: ClassVar[ExportFormat]
+    fmt: ClassVar[ExchangeFormat]
     keeps_rows: ClassVar[bool] = False  # whether `finish` reads the rows (an export holds them all until then)
 
     def check(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
@@ -101,8 +101,8 @@ class ExchangeFormat(ABC):
         """`layer_ids`: the format's ids of the file's layers in file order (None: the file's own metadata)."""
 
 
-class SpecForge(ExchangeFormat):
-    fmt = ExportFormat.SPECFORGE
+class SpecForge(FormatFiles):
+    fmt = ExchangeFormat.SPECFORGE
 
     def finish(self, out_dir: Path, rows: list[tuple[torch.Tensor, torch.Tensor]], shape: ExportShape) -> None:
         """The DFlash draft config's target-side fields, to merge into the draft config SpecForge trains with: its
@@ -169,13 +169,13 @@ class SpecForge(ExchangeFormat):
         )
 
 
-class Speculators(ExchangeFormat):
+class Speculators(FormatFiles):
     """The export folder is what speculators' `ArrowDataset(datapath=...)` opens as it is: a `datasets` folder
     (`load_from_disk`: input_ids, loss_mask, seq_len per entry, torch format, as its prepare_data.py saves it) with
     `hidden_states/` inside. Written through `datasets` itself (the `speculators` extra; every speculators install
     has it), so the folder is exactly what that version's `load_from_disk` reads."""
 
-    fmt = ExportFormat.SPECULATORS
+    fmt = ExchangeFormat.SPECULATORS
     keeps_rows = True
 
     def check(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
@@ -256,7 +256,7 @@ class Speculators(ExchangeFormat):
         )
 
 
-FORMATS: dict[ExportFormat, ExchangeFormat] = {form.fmt: form for form in (SpecForge(), Speculators())}
+FORMATS: dict[ExchangeFormat, FormatFiles] = {files.fmt: files for files in (SpecForge(), Speculators())}
 
 
 def in_featureset_order(layers: list[LayerId], hidden: torch.Tensor) -> tuple[list[LayerId], torch.Tensor]:

@@ -21,8 +21,8 @@ from schemas.content_hash import content_hash
 from schemas.exchange import (
     CONVENTIONS,
     EXPORT_INDEX,
+    ExchangeFormat,
     ExportedEntry,
-    ExportFormat,
     ExportIndex,
     from_format_ids,
     to_format_ids,
@@ -49,7 +49,7 @@ def _one(values: Iterable[str], what: str, option: str) -> str:
 def export(
     client: FeatureClient,
     manifests: list[Manifest],
-    fmt: ExportFormat,
+    fmt: ExchangeFormat,
     out_dir: Path,
     layers: list[LayerId] | None = None,
     num_layers: int | None = None,
@@ -83,9 +83,9 @@ def export(
         _one((m.featureset.dtype for m in manifests), "dtype", "--featureset")
         if len({m.featureset_id for m in manifests}) > 1:
             featureset = FeatureSet(layers=chosen, dtype=featureset.dtype)
-    form = FORMATS[fmt]
+    files = FORMATS[fmt]
     ids = to_format_ids(chosen, fmt)
-    form.check(chosen, num_layers, revision)
+    files.check(chosen, num_layers, revision)
     entries: list[ExportedEntry] = []
     rows: list[tuple[torch.Tensor, torch.Tensor]] = []
     for index, manifest in enumerate(manifests):
@@ -104,9 +104,9 @@ def export(
             "model_revision": revision,
             "backend": backend,
         }
-        relative = form.path(index)
-        atomic_write(out_dir / relative, form.encode(input_ids, mask, hidden, provenance), durable=False)
-        if form.keeps_rows:
+        relative = files.path(index)
+        atomic_write(out_dir / relative, files.encode(input_ids, mask, hidden, provenance), durable=False)
+        if files.keeps_rows:
             rows.append((input_ids, mask))
         entries.append(
             ExportedEntry(
@@ -120,7 +120,7 @@ def export(
             )
         )
         advance()
-    form.finish(out_dir, rows, ExportShape(ids, num_layers, hidden_size))
+    files.finish(out_dir, rows, ExportShape(ids, num_layers, hidden_size))
     index_doc = ExportIndex(
         format=fmt,
         layer_convention=CONVENTIONS[fmt].text,
@@ -149,7 +149,7 @@ class ImportSummary:
 class ImportPlan:
     """What an import will read: the files, in whose convention, and under which model revision."""
 
-    fmt: ExportFormat
+    fmt: ExchangeFormat
     files: list[str]
     layer_ids: list[int] | None
     model_revision: str
@@ -159,7 +159,7 @@ class ImportPlan:
 def plan_import(
     client: FeatureClient,
     directory: Path,
-    fmt: ExportFormat | None,
+    fmt: ExchangeFormat | None,
     model_revision: str | None,
     layer_ids: list[int] | None,
 ) -> ImportPlan:
@@ -198,10 +198,10 @@ def import_dir(
     summary = ImportSummary()
     run = uuid.uuid4().hex
     by_file = {entry.file: entry for entry in plan.index.entries} if plan.index else {}
-    form = FORMATS[plan.fmt]
-    masks = form.loss_masks(directory) if plan.index else None  # an export's own, where its files hold none
+    files = FORMATS[plan.fmt]
+    masks = files.loss_masks(directory) if plan.index else None  # an export's own, where its files hold none
     for position, relative in enumerate(plan.files):
-        found = form.read(directory / relative, relative, plan.layer_ids)
+        found = files.read(directory / relative, relative, plan.layer_ids)
         layers, hidden = formats.in_featureset_order(from_format_ids(found.layer_ids, plan.fmt), found.hidden_states)
         exported = by_file.get(relative)
         mask = found.loss_mask

@@ -24,7 +24,7 @@ from hsstore.cli import app as cli
 from schemas import safetensors_body
 from schemas.api import IMPORT_METADATA, ImportRequest
 from schemas.content_hash import content_hash
-from schemas.exchange import EXPORT_INDEX, ExportFormat, ExportIndex
+from schemas.exchange import EXPORT_INDEX, ExchangeFormat, ExportIndex
 from schemas.featureset import FeatureSet
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import from_torch
@@ -59,7 +59,7 @@ def other_store(tmp_path: Path, tiny_model_dir: Path, tiny_loaded: LoadedModel) 
         yield client
 
 
-def _export(client: FeatureClient, featureset: FeatureSet, fmt: ExportFormat, out: Path) -> ExportIndex:
+def _export(client: FeatureClient, featureset: FeatureSet, fmt: ExchangeFormat, out: Path) -> ExportIndex:
     client.extract(samples(), featureset=featureset)
     manifests = newest_versions(client.entries(featureset=featureset.id))
     return export(client, manifests, fmt, out, num_layers=NUM_LAYERS)
@@ -69,7 +69,7 @@ def test_a_specforge_export_is_what_its_dflash_loader_reads_with_layer_ids_pinne
     client: FeatureClient, tiny_loaded: LoadedModel, tmp_path: Path
 ) -> None:
     featureset = FeatureSet(layers=[1, 4, 6])
-    index = _export(client, featureset, ExportFormat.SPECFORGE, tmp_path / "sf")
+    index = _export(client, featureset, ExchangeFormat.SPECFORGE, tmp_path / "sf")
     assert index.layer_ids == [1, 4, 6] and index.layers == [1, 4, 6]  # DFlash's ids are hsstore's
     assert index.layer_convention.startswith("dflash") and index.backend == "torch"
     files = sorted(p.relative_to(tmp_path / "sf").as_posix() for p in (tmp_path / "sf").rglob("*.ckpt"))
@@ -100,7 +100,7 @@ def test_a_speculators_export_is_what_its_loader_reads_and_ends_with_the_final_l
     client: FeatureClient, tiny_loaded: LoadedModel, tmp_path: Path
 ) -> None:
     featureset = FeatureSet(layers=["embed", 2, 5, 7])
-    index = _export(client, featureset, ExportFormat.SPECULATORS, tmp_path / "spec")
+    index = _export(client, featureset, ExchangeFormat.SPECULATORS, tmp_path / "spec")
     assert index.layer_ids == [0, 3, 6, 8]  # vLLM's: id k is the input of layer k, the last the final layer
     for position, entry in enumerate(index.entries):
         assert entry.file == f"hidden_states/hs_{position}.safetensors"
@@ -132,9 +132,9 @@ def test_a_speculators_export_is_what_its_loader_reads_and_ends_with_the_final_l
         assert bool(row["loss_mask"].all()) == (entry.loss_mask == "ones")
 
 
-@pytest.mark.parametrize("fmt", list(ExportFormat))
+@pytest.mark.parametrize("fmt", list(ExchangeFormat))
 def test_export_then_import_into_another_store_gives_identical_content_hashes_and_reimport_adds_nothing(
-    client: FeatureClient, other_store: FeatureClient, tmp_path: Path, fmt: ExportFormat
+    client: FeatureClient, other_store: FeatureClient, tmp_path: Path, fmt: ExchangeFormat
 ) -> None:
     featureset = FeatureSet(layers=[2, 5, 7])
     index = _export(client, featureset, fmt, tmp_path / "out")
@@ -188,7 +188,7 @@ def test_reads_and_exports_that_name_no_backend_take_the_extracted_entry_over_an
     live_url: str, client: FeatureClient, tmp_path: Path
 ) -> None:
     featureset = FeatureSet(layers=[2, 5, 7])
-    index = _export(client, featureset, ExportFormat.SPECFORGE, tmp_path / "out")
+    index = _export(client, featureset, ExchangeFormat.SPECFORGE, tmp_path / "out")
     import_dir(client, tmp_path / "out", plan_import(client, tmp_path / "out", None, None, None))
     assert {m.backend for m in client.entries(featureset=featureset.id)} == {"torch", "unknown"}
     for entry in index.entries:  # both exist; naming no backend means the one measured here
@@ -234,9 +234,9 @@ def test_a_foreign_specforge_dump_imports_under_backend_unknown_with_its_mask_as
         import_dir(
             other_store,
             tmp_path / "dump",
-            plan_import(other_store, tmp_path / "dump", ExportFormat.SPECFORGE, foreign, None),
+            plan_import(other_store, tmp_path / "dump", ExchangeFormat.SPECFORGE, foreign, None),
         )
-    plan = plan_import(other_store, tmp_path / "dump", ExportFormat.SPECFORGE, foreign, [6, 3])
+    plan = plan_import(other_store, tmp_path / "dump", ExchangeFormat.SPECFORGE, foreign, [6, 3])
     summary = import_dir(other_store, tmp_path / "dump", plan)
     assert summary.counts["imported"] == 2
     first, second = (r.manifest for r in summary.results)
@@ -300,21 +300,21 @@ def test_exports_refuse_what_their_format_cannot_hold(client: FeatureClient, tmp
     plain = [m for m in by_featureset.values() if m.featureset.layers == [1, 3]]
     with_norm = [m for m in by_featureset.values() if "final_norm" in m.featureset.layers]
     with pytest.raises(ValueError, match="final layer"):
-        export(client, plain, ExportFormat.SPECULATORS, tmp_path / "a", num_layers=NUM_LAYERS)
+        export(client, plain, ExchangeFormat.SPECULATORS, tmp_path / "a", num_layers=NUM_LAYERS)
     with pytest.raises(ValueError, match="final_norm"):
-        export(client, with_norm, ExportFormat.SPECFORGE, tmp_path / "b", num_layers=NUM_LAYERS)
+        export(client, with_norm, ExchangeFormat.SPECFORGE, tmp_path / "b", num_layers=NUM_LAYERS)
     with pytest.raises(ValueError, match="embed"):
-        export(client, with_norm, ExportFormat.SPECFORGE, tmp_path / "c", layers=["embed", 7], num_layers=NUM_LAYERS)
+        export(client, with_norm, ExchangeFormat.SPECFORGE, tmp_path / "c", layers=["embed", 7], num_layers=NUM_LAYERS)
     with pytest.raises(ValueError, match="2 featuresets"):
-        export(client, list(by_featureset.values()), ExportFormat.SPECFORGE, tmp_path / "d")
-    index = export(client, with_norm, ExportFormat.SPECULATORS, tmp_path / "e", layers=["embed", 7], num_layers=8)
+        export(client, list(by_featureset.values()), ExchangeFormat.SPECFORGE, tmp_path / "d")
+    index = export(client, with_norm, ExchangeFormat.SPECULATORS, tmp_path / "e", layers=["embed", 7], num_layers=8)
     assert index.layer_ids == [0, 8] and (tmp_path / "e" / EXPORT_INDEX).is_file()
 
 
 def test_a_stated_backend_never_puts_other_bits_over_features_extracted_here(
     client: FeatureClient, tmp_path: Path
 ) -> None:
-    index = _export(client, FeatureSet(layers=[1, 3]), ExportFormat.SPECFORGE, tmp_path / "sf")
+    index = _export(client, FeatureSet(layers=[1, 3]), ExchangeFormat.SPECFORGE, tmp_path / "sf")
     path = tmp_path / "sf" / index.entries[0].file
     record = torch.load(path, weights_only=True)
     record["hidden_states"][0, 0, 0] += 1  # still a valid file, other bits

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from client import FeatureClient
 from client.exchange import export, newest_versions
 from hsstore.cli import app as cli
-from schemas.exchange import ExportFormat
+from schemas.exchange import ExchangeFormat
 from schemas.featureset import FeatureSet
 from service.main import create_app
 from service.model.loader import LoadedModel
@@ -95,7 +95,7 @@ def exported(client: FeatureClient, tmp_path: Path) -> list[Path]:
     prompts = coding_prompts()
     twelve = prompts + [{**p, "messages": [*p["messages"], {"role": "user", "content": "again"}]} for p in prompts[:2]]
     client.extract(twelve, featureset=FEATURES)
-    export(client, newest_versions(client.entries(featureset=FEATURES.id)), ExportFormat.SPECFORGE, tmp_path / "out")
+    export(client, newest_versions(client.entries(featureset=FEATURES.id)), ExchangeFormat.SPECFORGE, tmp_path / "out")
     files = _files(tmp_path / "out")
     assert len(files) == 12
     return files
