@@ -108,7 +108,7 @@ def test_every_hsstore_process_in_compose_has_health_restart_and_state() -> None
         assert service["env_file"] == ["hsstore.secrets.env"]
     port = services["api1"]["environment"]["HSSTORE_PORT"]
     assert f"127.0.0.1:{port}/readyz" in " ".join(services["api1"]["healthcheck"]["test"])
-    from hsstore.cli.root import WORKER_HEARTBEAT
+    from hsstore.cli.run import WORKER_HEARTBEAT
 
     assert f"/var/lib/hsstore/{WORKER_HEARTBEAT}" in services["worker-gpu0"]["healthcheck"]["test"][1]
     for dockerfile in ("Dockerfile", "Dockerfile.serve", "Dockerfile.worker"):

@@ -15,7 +15,6 @@ dataset_app = typer.Typer(
 )
 
 
-@dataset_app.command("create")
 def dataset_create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="letters, digits, . _ -")],
@@ -49,7 +48,6 @@ def dataset_create(
     )
 
 
-@dataset_app.command("show")
 def dataset_show(
     ctx: typer.Context,
     ref: Annotated[str, typer.Argument(help="a dataset id or name")],

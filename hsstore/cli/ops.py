@@ -48,7 +48,6 @@ def jobs(
         console.print("no jobs")
 
 
-@jobs_app.command("show")
 def jobs_show(
     ctx: typer.Context,
     job_id: Annotated[str, typer.Argument(help="the job's id or a unique prefix")],
@@ -63,7 +62,6 @@ def jobs_show(
         out.print_job(job)
 
 
-@jobs_app.command("cancel")
 def jobs_cancel(
     ctx: typer.Context, job_id: Annotated[str, typer.Argument(help="the job's id or a unique prefix")]
 ) -> None:
@@ -136,14 +134,12 @@ window_app = typer.Typer(
 )
 
 
-@window_app.command("status")
 def window_status(ctx: typer.Context) -> None:
     """Whether extraction may run now, until when, and when the next scheduled window opens."""
     with client_of(ctx) as client:
         typer.echo(out.window_line(client.window()))
 
 
-@window_app.command("open")
 def window_open(
     ctx: typer.Context,
     minutes: Annotated[float, typer.Option(min=0.1, help="how long SGLang lends the GPU")],
@@ -156,7 +152,6 @@ def window_open(
         console.print(f"nothing to open: {_ALWAYS}")
 
 
-@window_app.command("close")
 def window_close(ctx: typer.Context) -> None:
     """Close the window now; work stops at the next batch boundary and the GPU goes back to SGLang."""
     with client_of(ctx) as client:

@@ -1,20 +1,19 @@
-"""The `hsstore` command line: the root options, serve, worker and the tiny model here; the commands that talk to a
-service (extract, warm, jobs, window, get, entries, compare, audit, export, import) and the admin verbs on a store
-(rebuild-catalog, migrate, verify) live in the modules beside this one, one per group of verbs.
+"""The `hsstore` command line: the root group, its options, and the table of every verb; the verbs live in the
+modules beside this one, one per group: run (serve, worker, devmodel), write (extract, warm, estimate), read (get,
+entries, compare, audit), ops (workers, health, jobs, window), datasets, exchange (export, import) and admin
+(rebuild-catalog, migrate, verify).
 
 Commands that only talk to a service import neither torch nor the service: they start in a fraction of a second.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-from pathlib import Path
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
-from hsstore.cli import admin, datasets, exchange, ops, read, write
+from hsstore.cli import admin, datasets, exchange, ops, read, run, write
 from hsstore.cli.group import ErrorReportingGroup
 from hsstore.cli.options import DEFAULT_URL, Connection, TokenOption, UrlOption
 
@@ -26,26 +25,38 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # click's own help: typer's panels show every flag as `<bool>`, as if it took a value
 )
-for command in (
-    write.extract,
-    write.warm,
-    write.estimate,
-    ops.workers,
-    ops.health,
-    read.get,
-    read.entries,
-    read.compare,
-    read.audit,
-):
-    app.command()(command)
-app.command()(exchange.export)
-app.command("rebuild-catalog")(admin.rebuild_catalog)
-app.command()(admin.migrate)
-app.command()(admin.verify)
-app.command("import")(exchange.import_)
-app.add_typer(ops.jobs_app, name="jobs")
-app.add_typer(ops.window_app, name="window")
-app.add_typer(datasets.dataset_app, name="dataset")
+# Every verb, by the name a user types: one table, one registration style
+VERBS: dict[str, Callable[..., None]] = {
+    "serve": run.serve,
+    "worker": run.worker,
+    "devmodel": run.devmodel,
+    "extract": write.extract,
+    "warm": write.warm,
+    "estimate": write.estimate,
+    "workers": ops.workers,
+    "health": ops.health,
+    "get": read.get,
+    "entries": read.entries,
+    "compare": read.compare,
+    "audit": read.audit,
+    "export": exchange.export,
+    "import": exchange.import_,
+    "rebuild-catalog": admin.rebuild_catalog,
+    "migrate": admin.migrate,
+    "verify": admin.verify,
+}
+# The groups of verbs (`hsstore jobs show ID`), each with its verbs
+GROUPS: dict[str, tuple[typer.Typer, dict[str, Callable[..., None]]]] = {
+    "jobs": (ops.jobs_app, {"show": ops.jobs_show, "cancel": ops.jobs_cancel}),
+    "window": (ops.window_app, {"status": ops.window_status, "open": ops.window_open, "close": ops.window_close}),
+    "dataset": (datasets.dataset_app, {"create": datasets.dataset_create, "show": datasets.dataset_show}),
+}
+for name, verb in VERBS.items():
+    app.command(name)(verb)
+for name, (group, verbs) in GROUPS.items():
+    for verb_name, verb in verbs.items():
+        group.command(verb_name)(verb)
+    app.add_typer(group, name=name)
 
 
 @app.callback()
@@ -59,156 +70,3 @@ def main(
 ) -> None:
     """hsstore: a hidden-state feature store. --url, --token and --debug go anywhere on the line."""
     ctx.obj = Connection(url, token)
-
-
-@app.command()
-def serve(
-    config: Annotated[Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)")] = None,
-    model_dir: Annotated[Path | None, typer.Option(help="model directory (overrides settings)")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="store directory (overrides settings)")] = None,
-    host: Annotated[str | None, typer.Option()] = None,
-    port: Annotated[int | None, typer.Option()] = None,
-    processes: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="HTTP processes serving the store (a service without a model only: a read replica for training "
-            "nodes, beside the one that owns the GPU)",
-        ),
-    ] = 1,
-) -> None:
-    """Run the service: load the model (now, or when a window opens) and serve the store. Logs every request."""
-    from hsstore.cli.errors import CliError
-    from service.settings import CONFIG_ENV, Settings
-
-    overrides = {
-        k: v
-        for k, v in {"model_dir": model_dir, "data_dir": data_dir, "host": host, "port": port}.items()
-        if v is not None
-    }
-    settings = Settings.load(config, **overrides)
-    if processes > 1 and settings.model_dir is not None:
-        raise CliError(
-            f"--processes {processes}: only a service without a model runs as several processes (each would load it)",
-            "serve reads from a replica beside this one: hsstore serve --data-dir D --port P --processes N",
-        )
-    _check_port_free(settings.host, settings.port)  # before the heavy imports, the model, and "listening"
-    import uvicorn
-
-    from service.main import create_app
-
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
-    if processes == 1:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=True)
-        return
-    # each process builds its own app from the same settings: the command line's reach it through the environment
-    os.environ.update({f"HSSTORE_{k.upper()}": str(v) for k, v in overrides.items()})
-    if config is not None:
-        os.environ[CONFIG_ENV] = str(config)
-    uvicorn.run(
-        "service.main:create_app",
-        factory=True,
-        workers=processes,
-        host=settings.host,
-        port=settings.port,
-        log_level="info",
-        access_log=False,  # N processes' request lines interleaved say less than the metrics do
-    )
-
-
-def _check_port_free(host: str, port: int) -> None:
-    import socket
-
-    from hsstore.cli.errors import CliError
-
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: only a listener is in the way
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise CliError(
-                f"cannot listen on {host}:{port}: {exc.strerror}",
-                "is another `hsstore serve` running there? pick another with --port (or HSSTORE_PORT)",
-            ) from None
-
-
-WORKER_HEARTBEAT = "worker.alive"  # under the worker's data directory; deploy/'s health checks read its age
-
-
-@app.command()
-def worker(
-    device: Annotated[
-        str | None, typer.Option(help="the GPU this worker owns: cuda:0, cuda:1, … (or cpu); default HSSTORE_DEVICE")
-    ] = None,
-    config: Annotated[Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)")] = None,
-    model_dir: Annotated[Path | None, typer.Option(help="model directory (overrides settings)")] = None,
-) -> None:
-    """Run the warm-job queue on one GPU, with no HTTP server: start one per GPU, on any host that reaches the
-    catalog and the store. Items are claimed under a lease renewed by a heartbeat; a dead worker's items go to the
-    others once its lease runs out. Windows and the SGLang hand-over are this host's own settings."""
-    import signal
-    import socket
-    import threading
-
-    from service.main import build_services
-    from service.settings import Settings
-
-    overrides: dict[str, object] = {"run_jobs": True}
-    if device is not None:  # else the settings' (HSSTORE_DEVICE, the TOML file, then "auto")
-        overrides["device"] = device
-    if model_dir is not None:
-        overrides["model_dir"] = model_dir
-    settings = Settings.load(config, **overrides)
-    if settings.model_dir is None:
-        raise typer.BadParameter("a worker needs a model: --model-dir or HSSTORE_MODEL_DIR")
-    if settings.worker_name is None:
-        settings = settings.model_copy(update={"worker_name": f"{socket.gethostname()}:{settings.device}"})
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
-    services = build_services(settings)
-    assert services.runner is not None and services.models is not None
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    services.models.recover()  # a previous worker on this GPU may have died holding SGLang's GPU
-    services.runner.start()
-    typer.echo(
-        f"hsstore worker {settings.worker_name} on {settings.device}: model {settings.model_dir}, "
-        f"lease {settings.lease_s:g} s, held as {services.runner.worker}"
-    )
-    alive = settings.data_dir / WORKER_HEARTBEAT
-    alive.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # the health check's evidence: touched while the job loop and the lease heartbeat both run
-        while services.runner.alive:
-            alive.touch()
-            if stop.wait(min(10.0, settings.lease_s / 3)):
-                break
-    finally:
-        services.runner.stop()
-        services.models.unload()
-        services.close()
-        typer.echo(f"hsstore worker {settings.worker_name} stopped; its unfinished items are free for the others")
-
-
-@app.command()
-def devmodel(
-    out_dir: Path,
-    multimodal: Annotated[bool, typer.Option(help="write the Qwen3_5ForConditionalGeneration layout")] = False,
-    head_dim: Annotated[int, typer.Option(help="16: the 64-wide CPU model; 64: a 256-wide one for GPU kernels")] = 16,
-    fp8: Annotated[
-        bool, typer.Option(help="quantized as Qwen's -FP8 releases are (e4m3 weights, 128x128 block scales)")
-    ] = False,
-) -> None:
-    """Write the tiny Qwen3.5 test model (random weights from a fixed seed, tokenizer trained here)."""
-    import tempfile
-
-    from schemas.model_revision import model_revision
-    from service.model.devmodel import build_devmodel
-    from service.model.fp8_weights import write_fp8_checkpoint
-
-    if not fp8:
-        build_devmodel(out_dir, multimodal=multimodal, head_dim=head_dim)
-    else:
-        with tempfile.TemporaryDirectory() as bf16:
-            write_fp8_checkpoint(build_devmodel(Path(bf16), multimodal=multimodal, head_dim=head_dim), out_dir)
-    typer.echo(f"{out_dir}  model_revision={model_revision(out_dir)}")
