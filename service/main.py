@@ -3,9 +3,10 @@ factory makes one app per object graph, so tests build one per temporary store."
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -114,6 +115,23 @@ class Services:
     def close(self) -> None:
         self.writer.close()
         self.database.close()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The one lifecycle of a service process and a worker alike: SGLang's GPU recovered from a process that died
+        holding it, the job loop started; on the way out the loop stopped, the model unloaded, everything closed."""
+        if self.models is not None:
+            self.models.recover()
+        if self.runner is not None:
+            self.runner.start()
+        try:
+            yield
+        finally:
+            if self.runner is not None:
+                self.runner.stop()
+            if self.models is not None:
+                self.models.unload()
+            self.close()
 
 
 @dataclass
@@ -237,18 +255,8 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         for line in startup_lines(services.settings, services.models, services.store, services.windows):
             log.info("%s", line)
-        if services.models is not None:
-            services.models.recover()  # a previous process may have died holding SGLang's GPU
-        if services.runner is not None:
-            services.runner.start()
-        try:
+        with services.running():
             yield
-        finally:
-            if services.runner is not None:
-                services.runner.stop()
-            if services.models is not None:
-                services.models.unload()
-            services.close()
 
     app = FastAPI(
         title="hsstore",

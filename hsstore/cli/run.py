@@ -118,25 +118,19 @@ def worker(
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    services.models.recover()  # a previous worker on this GPU may have died holding SGLang's GPU
-    services.runner.start()
-    typer.echo(
-        f"hsstore worker {settings.worker_name} on {settings.device}: model {settings.model_dir}, "
-        f"lease {settings.lease_s:g} s, held as {services.runner.worker}"
-    )
     alive = settings.data_dir / WORKER_HEARTBEAT
     alive.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    with services.running():
+        typer.echo(
+            f"hsstore worker {settings.worker_name} on {settings.device}: model {settings.model_dir}, "
+            f"lease {settings.lease_s:g} s, held as {services.runner.worker}"
+        )
         # the health check's evidence: touched while the job loop and the lease heartbeat both run
         while services.runner.alive:
             alive.touch()
             if stop.wait(min(10.0, settings.lease_s / 3)):
                 break
-    finally:
-        services.runner.stop()
-        services.models.unload()
-        services.close()
-        typer.echo(f"hsstore worker {settings.worker_name} stopped; its unfinished items are free for the others")
+    typer.echo(f"hsstore worker {settings.worker_name} stopped; its unfinished items are free for the others")
 
 
 def devmodel(
