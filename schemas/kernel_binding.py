@@ -52,10 +52,16 @@ def has_fast(module_wrappers: dict[str, Callable[..., Any]], role: str) -> bool:
     return bool(fns) and all(is_fast(role, fn) for fn in fns)
 
 
+def runnable(module_wrappers: dict[str, Callable[..., Any]], device_type: str) -> list[Backend]:
+    """The backends these bindings can run on `device_type`, fastest first: the one rule of availability. A backend
+    that needs fast kernels needs a CUDA device and every one of them bound; the last needs none."""
+    return [
+        spec.backend
+        for spec in BACKENDS
+        if not spec.fast or (device_type == "cuda" and all(has_fast(module_wrappers, role) for role in spec.fast))
+    ]
+
+
 def bound_backend(module: ModuleType, device_type: str) -> Backend:
     """The backend a forward of this module's models runs as bound (nothing forced), on `device_type`."""
-    found = wrappers(module)
-    for spec in BACKENDS:  # fastest first; the last needs no fast kernel
-        if not spec.fast or (device_type == "cuda" and all(has_fast(found, role) for role in spec.fast)):
-            return spec.backend
-    raise AssertionError("BACKENDS ends with a backend that needs no fast kernel")
+    return runnable(wrappers(module), device_type)[0]

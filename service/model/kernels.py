@@ -19,14 +19,13 @@ from typing import Any
 from schemas.backend import (
     AUTO,
     BACKEND_CHOICES,
-    BACKENDS,
     FAST_PACKAGE,
     FAST_ROOT,
     SPECS,
     Backend,
     backend_for_fast,
 )
-from schemas.kernel_binding import KERNELS, bound, has_fast, origin, wrappers
+from schemas.kernel_binding import KERNELS, bound, has_fast, origin, runnable, wrappers
 from service.errors import BackendMismatch, BackendUnavailable, InvalidRequest
 
 
@@ -57,11 +56,7 @@ class KernelSet:
 
     def available(self, device_type: str) -> list[str]:
         """Backends this host can run, measured from the bindings (fla needs a CUDA device)."""
-        return [
-            spec.backend.value
-            for spec in BACKENDS
-            if not spec.fast or (device_type == "cuda" and all(self.has_fast(role) for role in spec.fast))
-        ]
+        return [backend.value for backend in runnable(self.wrappers, device_type)]
 
     def resolve(self, requested: str, device_type: str) -> Backend:
         """`auto` is the fastest available; a named backend this host cannot run is refused, naming what is missing."""
