@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 import numpy as np
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -145,24 +145,40 @@ class FeatureDataset(Dataset[Sample]):
         return to_sample(features, self.dequantise)
 
 
-class EntryStream(IterableDataset[Sample]):
-    """Every entry of a listing (or of a dataset snapshot, or every one of `samples`) once per epoch, split across
-    DataLoader workers (and ranks) by position, fetched `prefetch` at a time ahead of the consumer.
+class Reading(TypedDict, total=False):
+    """How an `EntryStream` reads, whatever its source: the service's token, features fetched `prefetch` at a time
+    into a shared disk cache, this process's share (`rank` of `world_size`), the epochs' order (`seed`), and fp8
+    entries dequantised to bfloat16 or not."""
 
-    With `seed`, each epoch visits the whole listing in a seeded random order: every rank and worker computes the
-    same permutation of the listing (from the seed and the epoch, `set_epoch`) and takes its own positions of it,
-    so the ranks' shares are disjoint, cover the listing, and change from epoch to epoch; without a seed, the order
-    of the listing. Only the keys are held (about 300 bytes an entry), never the features beyond `prefetch`."""
+    token: str | None
+    prefetch: int
+    cache_dir: str | Path | None
+    cache_bytes: int
+    rank: int
+    world_size: int
+    seed: int | None
+    dequantise: bool
+
+
+class EntryStream(IterableDataset[Sample]):
+    """Entries once per epoch, split across DataLoader workers (and ranks) by position, fetched `prefetch` at a time
+    ahead of the consumer. One constructor per source, each taking the `Reading` options:
+
+        EntryStream(url)                                     every entry the store lists
+        EntryStream.listing(url, backend=..., since=...)     the listing, filtered
+        EntryStream.of_dataset(url, dataset)                 a dataset snapshot (`FeatureClient.create_dataset`)
+        EntryStream.of_samples(url, samples, featureset)     prompts, read (or extracted first) as `featureset`
+
+    With `seed`, each epoch visits the whole source in a seeded random order: every rank and worker computes the
+    same permutation (from the seed and the epoch, `set_epoch`) and takes its own positions of it, so the ranks'
+    shares are disjoint, cover the source, and change from epoch to epoch; without a seed, the source's order. Only
+    the keys are held (about 300 bytes an entry), never the features beyond `prefetch`."""
 
     def __init__(
         self,
         base_url: str,
         *,
         token: str | None = None,
-        backend: str | None = None,
-        model_revision: str | None = None,
-        featureset: str | FeatureSet | Sequence[LayerId] | None = None,
-        since: str | None = None,
         prefetch: int = 4,
         cache_dir: str | Path | None = None,
         cache_bytes: int = 64 * 1024**3,
@@ -170,38 +186,63 @@ class EntryStream(IterableDataset[Sample]):
         world_size: int = 1,
         seed: int | None = None,
         dequantise: bool = True,
-        dataset: str | None = None,
-        samples: Sequence[Mapping[str, Any]] | None = None,
-        on_missing: OnMissing = "error",
-        priority: int = 10,
     ) -> None:
-        """`dataset`: a dataset id or name (`FeatureClient.create_dataset`) instead of the listing's filters: each
-        process reads its index once (a dataset id, from the cache directory when it is there) and takes its share
-        of it, in the dataset's order or the seed's.
-
-        `samples` instead: prompts read as `featureset` (a FeatureSet or its layers) from `backend`, with
-        `on_missing` as `FeatureDataset` has it; "extract" submits the missing ones in the first epoch's order, so
-        the job keeps ahead of every rank's reads."""
-        if dataset is not None and any(v is not None for v in (backend, model_revision, featureset, since)):
-            raise ValueError("give a dataset or listing filters, not both")
-        if samples is not None and (dataset is not None or model_revision is not None or since is not None):
-            raise ValueError("give samples, a dataset or listing filters: one of them")
-        if samples is None and featureset is not None and not isinstance(featureset, str):
-            raise ValueError("a listing filters by featureset id: give the id (a FeatureSet reads samples)")
-        self.dataset = dataset
+        """Every entry the store lists (the other sources: the constructors below)."""
+        self.dataset: str | None = None
+        self.filters = EntryFilters()
         self.dequantise = dequantise
-        listed = featureset if isinstance(featureset, str) else None  # a listing's featureset is an id (checked above)
-        self.filters = EntryFilters(backend=backend, model_revision=model_revision, featureset=listed, since=since)
         self.prefetch = prefetch
         self.rank, self.world_size = rank, world_size
         self.seed = seed
         self.epoch = 0
         self._clients = _ClientPerProcess(base_url, token, cache_dir, cache_bytes)
         self._reads: SampleReads | None = None
-        if samples is not None:
-            first = self._permutation(len(samples)).tolist() if seed is not None else None
-            chosen = featureset if not isinstance(featureset, str) else None
-            self._reads = SampleReads(self._clients.get(), samples, chosen, backend, on_missing, priority, first)
+
+    @classmethod
+    def listing(
+        cls,
+        base_url: str,
+        *,
+        backend: str | None = None,
+        model_revision: str | None = None,
+        featureset_id: str | None = None,
+        since: str | None = None,
+        **reading: Unpack[Reading],
+    ) -> EntryStream:
+        """The listing's entries that match every filter given (`since`: ISO-8601, or an age such as 7d)."""
+        stream = cls(base_url, **reading)
+        stream.filters = EntryFilters(
+            backend=backend, model_revision=model_revision, featureset=featureset_id, since=since
+        )
+        return stream
+
+    @classmethod
+    def of_dataset(cls, base_url: str, dataset: str, **reading: Unpack[Reading]) -> EntryStream:
+        """A dataset snapshot's entries, by its id or name: each process reads its index once (a dataset id, from
+        the cache directory when it is there) and takes its share of it, in the dataset's order or the seed's."""
+        stream = cls(base_url, **reading)
+        stream.dataset = dataset
+        return stream
+
+    @classmethod
+    def of_samples(
+        cls,
+        base_url: str,
+        samples: Sequence[Mapping[str, Any]],
+        featureset: FeatureSet | Sequence[LayerId],
+        *,
+        backend: str | None = None,
+        on_missing: OnMissing = "error",
+        priority: int = 10,
+        **reading: Unpack[Reading],
+    ) -> EntryStream:
+        """Prompts read as `featureset` (a FeatureSet or its layers) from `backend`, with `on_missing` as
+        `FeatureDataset` has it; "extract" submits the missing ones in the first epoch's order, so the job keeps
+        ahead of every rank's reads."""
+        stream = cls(base_url, **reading)
+        first = stream._permutation(len(samples)).tolist() if stream.seed is not None else None
+        stream._reads = SampleReads(stream._clients.get(), samples, featureset, backend, on_missing, priority, first)
+        return stream
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose order the next iteration follows (call it on every rank, as with DistributedSampler)."""

@@ -29,7 +29,7 @@ def dataset_create(
     as_json: JsonOption = False,
 ) -> None:
     """Snapshot the keys of a JSONL file (each resolved to its newest version), or every version the listing's
-    filters show; prints the dataset id a training run names (`EntryStream(url, dataset=ID)`)."""
+    filters show; prints the dataset id a training run names (`EntryStream.of_dataset(url, ID)`)."""
     listed = _keys(keys) if keys is not None else None
     with client_of(ctx) as client:
         info = client.create_dataset(

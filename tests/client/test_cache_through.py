@@ -59,7 +59,7 @@ def test_a_shuffled_stream_of_samples_extracts_the_missing_ones_once_in_its_firs
     monkeypatch.setattr(
         FeatureClient, "submit_job", lambda self, s, **kw: submitted.append(list(s)) or submit(self, s, **kw)
     )
-    stream = EntryStream(live_url, samples=samples, featureset=FEATURESET, seed=3, on_missing="extract", prefetch=2)
+    stream = EntryStream.of_samples(live_url, samples, FEATURESET, seed=3, on_missing="extract", prefetch=2)
     job = client.jobs()[0]
     order = stream.order(list(range(6)))  # the first epoch's order is the job's
     assert submitted == [[samples[i] for i in order]] and order != list(range(6))
@@ -71,13 +71,6 @@ def test_a_shuffled_stream_of_samples_extracts_the_missing_ones_once_in_its_firs
     before = _writes(http)
     stream.set_epoch(1)
     assert sorted(h for batch in loader for h in batch["content_hash"]) == first and _writes(http) == before
-
-
-def test_a_stream_reads_samples_or_a_listing_not_both(live_url: str) -> None:
-    with pytest.raises(ValueError, match="one of them"):
-        EntryStream(live_url, samples=_samples(1), featureset=FEATURESET, since="2026-01-01T00:00:00Z")
-    with pytest.raises(ValueError, match="featureset id"):
-        EntryStream(live_url, featureset=FEATURESET)
 
 
 def test_without_extract_a_missing_sample_is_not_found_and_a_job_that_did_not_store_it_is_an_error(

@@ -74,12 +74,10 @@ def test_a_dataset_id_is_read_from_the_cache_without_asking(
 
 def test_a_dataloader_over_a_dataset_reads_each_version_once(client: FeatureClient, stored: list) -> None:
     info = client.create_dataset("loader", [{"prompt_hash": m.prompt_hash} for m in stored])
-    stream = EntryStream(client.url, dataset=info.dataset_id, seed=3, prefetch=2)
+    stream = EntryStream.of_dataset(client.url, info.dataset_id, seed=3, prefetch=2)
     loader = DataLoader(stream, batch_size=2, num_workers=2, collate_fn=pad_collate)
     seen = [h for batch in loader for h in batch["content_hash"]]
     assert sorted(seen) == sorted(m.content_hash for m in stored) and len(seen) == len(set(seen))
-    with pytest.raises(ValueError, match="not both"):
-        EntryStream(client.url, dataset=info.dataset_id, backend="fla")
 
 
 def test_the_cli_creates_and_shows_datasets(client: FeatureClient, stored: list, tmp_path: Path) -> None:

@@ -220,6 +220,11 @@ def test_a_seeded_stream_shuffles_the_whole_listing_alike_on_every_rank(live_url
     assert epoch(0, seed=7, epoch=1, world_size=1) != whole  # a new order each epoch
     assert epoch(0, seed=8, epoch=0, world_size=1) != whole
     assert [s["content_hash"] for s in EntryStream(live_url, prefetch=2)] == listing  # no seed: the listing's order
+    backend = stored[0].backend
+    mine = [m.content_hash for m in FeatureClient(live_url).entries(backend=backend)]
+    assert [s["content_hash"] for s in EntryStream.listing(live_url, backend=backend, prefetch=2)] == mine
+    assert list(EntryStream.listing(live_url, since="2999-01-01T00:00:00Z")) == []
+    assert list(EntryStream.listing(live_url, backend=backend, featureset_id="f" * 16, seed=1)) == []
 
 
 def test_map_dataset_with_workers_and_collation(live_url: str, stored: list) -> None:
