@@ -4,6 +4,7 @@ chunks. A store brings only where its arrays lie (a `ShardSource` per array name
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -72,6 +73,59 @@ def locate_arrays(
             return None
         located[name] = LocatedArray(found.layout.blosc, found.chunks)
     return located
+
+
+class ShardedReads(ABC):
+    """The read side of a store that writes this layout, written once for every engine: an engine says whether an
+    entry is there (`exists`), where one of its arrays lies (`_source`), what its group document lists
+    (`_tensors`), and how it reads an array of another layout (`_other_layout`; by default it refuses one)."""
+
+    @abstractmethod
+    def exists(self, content_hash: str) -> bool: ...
+
+    @abstractmethod
+    def _source(self, content_hash: str, name: str) -> ShardSource: ...
+
+    @abstractmethod
+    def _tensors(self, content_hash: str) -> dict[str, dict]:
+        """The entry's arrays as its group document lists them: {name: {dtype, shape}}."""
+
+    def _other_layout(self, content_hash: str) -> Callable[[str, tuple], np.ndarray] | None:
+        return None
+
+    def get(self, content_hash: str) -> dict[str, RawTensor]:
+        return self.get_slice(content_hash, Selection())
+
+    def get_slice(
+        self,
+        content_hash: str,
+        selection: Selection,
+        written: Mapping[str, TensorInfo] | None = None,
+        check_digests: bool = True,
+    ) -> dict[str, RawTensor]:
+        if not self.exists(content_hash):
+            raise KeyError(content_hash)
+        # what the manifest recorded, not what the (changeable) group document says now, where there is one
+        info = (
+            {name: {"dtype": t.dtype, "shape": t.shape} for name, t in written.items()}
+            if written is not None
+            else self._tensors(content_hash)
+        )
+        return read_arrays(
+            lambda name: self._source(content_hash, name),
+            info,
+            selection,
+            written,
+            check_digests,
+            self._other_layout(content_hash),
+        )
+
+    def locate(
+        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo]
+    ) -> dict[str, LocatedArray] | None:
+        if not self.exists(content_hash):
+            raise KeyError(content_hash)
+        return locate_arrays(lambda name: self._source(content_hash, name), selection, written)
 
 
 def runs(chunks: Sequence[tuple[int, int, int]]) -> Iterator[tuple[int, int]]:

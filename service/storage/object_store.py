@@ -15,7 +15,7 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -25,11 +25,10 @@ from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError
 from schemas.chunks import ChunkDigests, digests_of
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.keys import is_content_hash
-from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
 from service.errors import ConfigError, ReadOnly, StoreUnavailable
-from service.storage.layout import chunk_shape, locate_arrays, read_arrays, runs
-from service.storage.protocol import LocatedArray, Selection, Stored
+from service.storage.layout import ShardedReads, chunk_shape, runs
+from service.storage.protocol import Stored
 from service.storage.shard_reader import shard_key
 from service.storage.shard_writer import encode_array
 
@@ -128,7 +127,7 @@ def open_url(url: str, s3_endpoint: str | None = None) -> Any:
     return OBJECT_STORES[scheme](url, s3_endpoint)
 
 
-class ObjectZarrStore:
+class ObjectZarrStore(ShardedReads):
     """`store`: an obstore store (S3Store for any S3 API; LocalStore and MemoryStore work alike)."""
 
     def __init__(
@@ -189,34 +188,8 @@ class ObjectZarrStore:
         document = _calling(lambda: obstore.get(self.store, f"{self._prefix(content_hash)}/{_GROUP}").bytes())
         return json.loads(bytes(document))["attributes"]["hsstore"]["tensors"]
 
-    def get(self, content_hash: str) -> dict[str, RawTensor]:
-        return self.get_slice(content_hash, Selection())
-
-    def get_slice(
-        self,
-        content_hash: str,
-        selection: Selection,
-        written: Mapping[str, TensorInfo] | None = None,
-        check_digests: bool = True,
-    ) -> dict[str, RawTensor]:
-        prefix = self._prefix(content_hash)
-        if written is not None:
-            if not self.exists(content_hash):
-                raise KeyError(content_hash)
-            info = {name: {"dtype": t.dtype, "shape": t.shape} for name, t in written.items()}
-        else:
-            info = self._tensors(content_hash)
-        return read_arrays(
-            lambda name: ObjectArray(self.store, f"{prefix}/{name}"), info, selection, written, check_digests
-        )
-
-    def locate(
-        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo]
-    ) -> dict[str, LocatedArray] | None:
-        prefix = self._prefix(content_hash)
-        if not self.exists(content_hash):
-            raise KeyError(content_hash)
-        return locate_arrays(lambda name: ObjectArray(self.store, f"{prefix}/{name}"), selection, written)
+    def _source(self, content_hash: str, name: str) -> ObjectArray:
+        return ObjectArray(self.store, f"{self._prefix(content_hash)}/{name}")
 
     def read_located(
         self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]

@@ -10,7 +10,7 @@ import json
 import mmap
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +20,10 @@ from schemas.chunks import ChunkDigests, digests_of
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.files import atomic_write, fsync_dir, staging_owner, staging_path
 from schemas.keys import is_content_hash
-from schemas.manifest import TensorInfo
 from schemas.tensors import RawTensor
 from service.errors import ReadOnly
-from service.storage.layout import chunk_shape, locate_arrays, read_arrays, runs
-from service.storage.protocol import LocatedArray, Selection, Stored
+from service.storage.layout import ShardedReads, chunk_shape, runs
+from service.storage.protocol import Stored
 from service.storage.shard_reader import LocalArray
 from service.storage.shard_writer import write_array, write_group
 
@@ -55,7 +54,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class LocalZarrStore:
+class LocalZarrStore(ShardedReads):
     def __init__(
         self,
         root: Path,
@@ -152,40 +151,16 @@ class LocalZarrStore:
             raise KeyError(f"{content_hash}/{name} is not an array")
         return found
 
-    def get(self, content_hash: str) -> dict[str, RawTensor]:
-        return self.get_slice(content_hash, Selection())
+    def _source(self, content_hash: str, name: str) -> LocalArray:
+        return LocalArray(self._path(content_hash) / name)
 
-    def get_slice(
-        self,
-        content_hash: str,
-        selection: Selection,
-        written: Mapping[str, TensorInfo] | None = None,
-        check_digests: bool = True,
-    ) -> dict[str, RawTensor]:
-        root = self._path(content_hash)
-        if not root.is_dir():
-            raise KeyError(content_hash)
-        if written is not None:  # what the manifest recorded, not what the (changeable) group metadata says now
-            info = {name: {"dtype": t.dtype, "shape": t.shape} for name, t in written.items()}
-        else:
-            info = json.loads((root / "zarr.json").read_text())["attributes"]["hsstore"]["tensors"]
-        return read_arrays(
-            lambda name: LocalArray(root / name),
-            info,
-            selection,
-            written,
-            check_digests,
-            # not the layout we write: let zarr read it
-            lambda name, index: np.asarray(self._zarr_array(content_hash, name).get_orthogonal_selection(index)),
-        )
+    def _tensors(self, content_hash: str) -> dict[str, dict]:
+        document = json.loads((self._path(content_hash) / "zarr.json").read_text())
+        return document["attributes"]["hsstore"]["tensors"]
 
-    def locate(
-        self, content_hash: str, selection: Selection, written: Mapping[str, TensorInfo]
-    ) -> dict[str, LocatedArray] | None:
-        root = self._path(content_hash)
-        if not root.is_dir():
-            raise KeyError(content_hash)
-        return locate_arrays(lambda name: LocalArray(root / name), selection, written)
+    def _other_layout(self, content_hash: str) -> Callable[[str, tuple], np.ndarray]:
+        """An array not in the layout we write (an older one): zarr reads it."""
+        return lambda name, index: np.asarray(self._zarr_array(content_hash, name).get_orthogonal_selection(index))
 
     def read_located(
         self, content_hash: str, name: str, chunks: Sequence[tuple[int, int, int]]
