@@ -1,6 +1,6 @@
 """How the residual stream's scale grows with depth, per layer (std and absmax over a sequence's values), on the
 27B-shaped target (random weights, all its layers) and the tiny test model: what the content checks' layer-to-layer
-thresholds must let through (service/core/content_checks.py). The torch backend (no kernel to compile).
+thresholds must let through (service/core/write/content_checks.py). The torch backend (no kernel to compile).
 
     python benchmarks/layer_scales.py --out benchmarks/results/layer-scales-h200.json
 """

@@ -50,7 +50,7 @@ from schemas.manifest import Manifest, TensorInfo
 from schemas.prompt_hash import prompt_hash
 from schemas.timestamps import utc_now
 from schemas.torch_tensors import from_torch
-from service.core.recorder import Recorder
+from service.core.write.recorder import Recorder
 from service.main import build_services
 from service.settings import Settings
 from service.storage.protocol import Selection

@@ -6,7 +6,7 @@ A format is one row of BODY_FORMATS: its name, its media type (what a client lis
 Content-Type names) and its frame kind (what a batch response's frame prefix names). The service sends the first
 format a client's Accept lists that it can make for the entry (safetensors it always can); the client reads each
 body by the format its response or frame names. A new format is a row here, the service's body for it
-(service/core/reader.py) and the client's receiver (client/receive.py).
+(service/core/read/reader.py) and the client's receiver (client/receive.py).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ class NonFiniteFeatures(HsstoreError):
 
 
 class ImplausibleFeatures(HsstoreError):
-    """Features that hash fine but cannot be what a model computes (service/core/content_checks.py)."""
+    """Features that hash fine but cannot be what a model computes (service/core/write/content_checks.py)."""
 
     code = ErrorCode.IMPLAUSIBLE
 

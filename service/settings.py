@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     )
     writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
 
-    # Write-time content checks (service/core/content_checks.py): what extraction and imports refuse or flag
+    # Write-time content checks (service/core/write/content_checks.py): what extraction and imports refuse or flag
     content_constant_rows: float = Field(
         default=0.25, ge=0, le=1, description="refuse an entry where more than this share of a layer's rows is constant"
     )
@@ -163,7 +163,7 @@ class Settings(BaseSettings):
     canary: bool = Field(
         default=True,
         description="after every model load, re-extract each key space's canary sample and refuse on other bits "
-        "(service/core/canary.py)",
+        "(service/core/write/canary.py)",
     )
 
     # Downtime windows and the GPU hand-over with SGLang

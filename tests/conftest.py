@@ -247,7 +247,7 @@ def foreign_url() -> Iterator[str]:
 def forward_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The tokens of every one-sequence forward any extractor runs from now on (probes included, the canary not),
     in order."""
-    from service.core.canary import canary_ids
+    from service.core.write.canary import canary_ids
     from service.extraction.extractor import Extractor
 
     sizes: list[int] = []

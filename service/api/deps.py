@@ -12,13 +12,13 @@ from fastapi import Depends, Request
 
 from schemas.states import TokenScope
 from service.catalog.protocol import VersionCatalog
-from service.core.auditor import Auditor
-from service.core.datasets import Datasets
-from service.core.estimator import Estimator
-from service.core.importer import FeatureImporter
-from service.core.reader import FeatureReader
-from service.core.windows import Windows
-from service.core.writer import FeatureWriter
+from service.core.gpu_time.windows import Windows
+from service.core.read.datasets import Datasets
+from service.core.read.reader import FeatureReader
+from service.core.trust.auditor import Auditor
+from service.core.trust.importer import FeatureImporter
+from service.core.write.estimator import Estimator
+from service.core.write.writer import FeatureWriter
 from service.errors import Forbidden, Unauthorized
 from service.extraction.extractor import Extractor
 from service.jobs.queue import JobQueue

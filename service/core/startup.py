@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service import __version__
-from service.core.windows import Windows
+from service.core.gpu_time.windows import Windows
 from service.errors import HsstoreError
 from service.model.manager import ModelManager
 from service.settings import Settings

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from schemas.states import CompletionSource
 from service.catalog.job_records import JobRecord
 from service.catalog.protocol import JobStore
-from service.core.prepare import RequestPreparer
+from service.core.write.prepare import RequestPreparer
 from service.errors import SGLangUnavailable
 from service.host.sglang import SGLangClient
 from service.model.loader import ModelSpec

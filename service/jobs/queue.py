@@ -15,9 +15,9 @@ from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
 from service.catalog.job_records import JobRecord, NewItem
 from service.catalog.protocol import JobStore
-from service.core.gate import configured
-from service.core.prepare import RequestPreparer
-from service.core.windows import Windows
+from service.core.gpu_time.gate import configured
+from service.core.gpu_time.windows import Windows
+from service.core.write.prepare import RequestPreparer
 from service.errors import AmbiguousEntry, JobNotFound
 from service.model.loader import ModelSpec
 

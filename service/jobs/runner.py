@@ -21,9 +21,9 @@ from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
 from service.catalog.job_records import JobItem, JobRecord
 from service.catalog.protocol import JobStore
-from service.core.prepare import RequestPreparer
-from service.core.windows import Windows
-from service.core.writer import FeatureWriter
+from service.core.gpu_time.windows import Windows
+from service.core.write.prepare import RequestPreparer
+from service.core.write.writer import FeatureWriter
 from service.errors import (
     BackendUnavailable,
     ImplausibleFeatures,

@@ -15,7 +15,7 @@ from service.api.error_handlers import error_frame
 from service.api.openapi import binary, errors
 from service.api.queries import AcceptedDep, FeatureReadDep
 from service.api.streaming import slices, stream
-from service.core.served import Part
+from service.core.read.served import Part
 from service.errors import TooLarge
 
 router = APIRouter(tags=["features"])
@@ -28,7 +28,7 @@ def _key_headers(manifest: Manifest) -> dict[str, str]:
         "X-Hsstore-Model-Revision": manifest.model_revision,
         "X-Hsstore-Featureset": manifest.featureset_id,
     }
-    if manifest.content_flags:  # stored but unusual (service/core/content_checks.py)
+    if manifest.content_flags:  # stored but unusual (service/core/write/content_checks.py)
         headers["X-Hsstore-Content-Flags"] = "; ".join(manifest.content_flags)[:2000]
     return headers
 

@@ -11,7 +11,7 @@ import torch
 
 from schemas.api import ExtractRequest
 from schemas.keys import EntryFilter
-from service.core.canary import CanaryMismatch
+from service.core.write.canary import CanaryMismatch
 from service.main import build_services
 from service.model.loader import LoadedModel
 from service.settings import Settings

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 
-from service.core.writer import InFlight
+from service.core.write.writer import InFlight
 
 
 def _adding(in_flight: InFlight, forward: int, write: Future[None]) -> threading.Thread:

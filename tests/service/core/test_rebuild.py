@@ -11,7 +11,7 @@ from hsstore.cli import app
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter
-from service.core.rebuild import RejectedDocument
+from service.core.trust.rebuild import RejectedDocument
 from service.main import Services, build_services
 from service.model.loader import LoadedModel
 from service.settings import Settings

@@ -42,7 +42,7 @@ def test_sixteen_simultaneous_requests_run_one_forward(
 
 
 def test_a_failed_flight_fails_its_followers_and_the_next_request_leads_anew() -> None:
-    from service.core.single_flight import SingleFlight
+    from service.core.write.single_flight import SingleFlight
 
     flights: SingleFlight[str, int] = SingleFlight()
     lead, leads = flights.join("k")

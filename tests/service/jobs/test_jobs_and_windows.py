@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from client import FeatureClient
-from service.core.windows import ScheduledWindow, Windows
+from service.core.gpu_time.windows import ScheduledWindow, Windows
 from service.main import create_app
 from service.settings import Settings
 from tests.conftest import LiveServer, wait_for

@@ -21,7 +21,7 @@ from schemas.tensors import RawTensor, TensorLayout
 from schemas.timestamps import stamp
 from schemas.tokens import TokenRange
 from service.catalog.protocol import VersionCatalog
-from service.core.served import Body, ChunkBody, Part, Served
+from service.core.read.served import Body, ChunkBody, Part, Served
 from service.errors import AmbiguousEntry, CorruptEntry, DirectReadsUnavailable, EntryNotFound, InvalidRequest
 from service.storage.protocol import BlobStore, Selection
 

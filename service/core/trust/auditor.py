@@ -15,13 +15,13 @@ from schemas.manifest import AuditRecord, Manifest
 from schemas.states import AuditStatus, CompletionSource, Integrity
 from schemas.timestamps import utc_now
 from service.catalog.protocol import VersionCatalog
-from service.core.comparison import compare_hidden_states
-from service.core.gate import ExtractionGate, configured
-from service.core.import_checks import ImportChecks
-from service.core.prepare import RequestPreparer
-from service.core.reader import FeatureReader
-from service.core.verifier import Verifier
-from service.core.writer import FeatureWriter
+from service.core.gpu_time.gate import ExtractionGate, configured
+from service.core.read.comparison import compare_hidden_states
+from service.core.read.reader import FeatureReader
+from service.core.trust.import_checks import ImportChecks
+from service.core.trust.verifier import Verifier
+from service.core.write.prepare import RequestPreparer
+from service.core.write.writer import FeatureWriter
 from service.errors import AmbiguousEntry, EntryNotFound, InvalidRequest, RevisionUnavailable
 from service.extraction.extractor import Extractor
 from service.model.loader import ModelSpec

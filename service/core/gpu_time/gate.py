@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from service.core.windows import Windows
+from service.core.gpu_time.windows import Windows
 from service.errors import ModelUnavailable, WindowClosed
 from service.extraction.extractor import Extractor
 from service.model.manager import ModelManager

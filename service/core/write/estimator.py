@@ -13,8 +13,8 @@ from schemas.featureset import FeatureSet, union_of
 from schemas.keys import EntryFilter
 from schemas.tensors import DTYPES
 from service.catalog.protocol import Jobs, VersionCatalog
-from service.core.gate import configured
-from service.core.prepare import RequestPreparer
+from service.core.gpu_time.gate import configured
+from service.core.write.prepare import RequestPreparer
 from service.errors import InvalidRequest
 from service.model.loader import ModelSpec
 from service.storage.protocol import Blobs

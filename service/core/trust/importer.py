@@ -23,9 +23,9 @@ from schemas.states import ImportStatus
 from schemas.tensors import RawTensor
 from schemas.torch_tensors import to_torch
 from service.catalog.protocol import VersionCatalog
-from service.core.content_checks import ContentChecks
-from service.core.import_checks import ImportChecks
-from service.core.recorder import Recorder, new_manifest
+from service.core.trust.import_checks import ImportChecks
+from service.core.write.content_checks import ContentChecks
+from service.core.write.recorder import Recorder, new_manifest
 from service.errors import InvalidRequest, InvalidSample
 from service.extraction.extractor import Extractor
 from service.extraction.stats import layer_stats, layer_summary, row_counts

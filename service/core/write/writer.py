@@ -20,12 +20,12 @@ from schemas.resolution import nearest_version
 from schemas.samples import ParsedSample
 from schemas.states import CompletionSource, Existing, ExtractStatus
 from service.catalog.protocol import VersionCatalog
-from service.core.canary import Canaries
-from service.core.content_checks import ContentChecks
-from service.core.gate import ExtractionGate, configured
-from service.core.prepare import PreparedSample, RequestPreparer
-from service.core.recorder import Recorder, new_manifest
-from service.core.single_flight import SingleFlight
+from service.core.gpu_time.gate import ExtractionGate, configured
+from service.core.write.canary import Canaries
+from service.core.write.content_checks import ContentChecks
+from service.core.write.prepare import PreparedSample, RequestPreparer
+from service.core.write.recorder import Recorder, new_manifest
+from service.core.write.single_flight import SingleFlight
 from service.extraction.extractor import Extractor
 from service.extraction.results import PendingExtraction
 from service.metrics import Metrics
