@@ -142,7 +142,7 @@ def measure(spec: dict) -> dict:
             pin_memory=pin,
         )
     else:
-        from client.torch_data import fetch_sample, to_sample
+        from client.training.torch_data import fetch_sample, to_sample
 
         client = FeatureClient(
             url,

@@ -46,13 +46,13 @@ from schemas.prompt_hash import prompt_hash
 # The torch Datasets load torch on first use: `import client` (and the CLI) stays light for callers without tensors.
 _TORCH_DATA = {
     "compute_features": "client.computation",
-    "DeviceFeed": "client.device_feed",
-    "EntryStream": "client.torch_data",
-    "FeatureDataset": "client.torch_data",
-    "fetch_sample": "client.torch_data",
-    "pack_collate": "client.collate",
-    "pad_collate": "client.collate",
-    "ProcessFeed": "client.process_feed",
+    "DeviceFeed": "client.training.device_feed",
+    "EntryStream": "client.training.torch_data",
+    "FeatureDataset": "client.training.torch_data",
+    "fetch_sample": "client.training.torch_data",
+    "pack_collate": "client.training.collate",
+    "pad_collate": "client.training.collate",
+    "ProcessFeed": "client.training.process_feed",
 }
 
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from client import EntryStream, ExtractionFailedError, FeatureClient, FeatureDataset, NotFoundError, pad_collate
-from client.cache_through import ExtractAhead
+from client.training.cache_through import ExtractAhead
 from schemas.featureset import FeatureSet
 from tests.conftest import wait_for
 

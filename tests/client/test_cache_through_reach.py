@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import client.cache_through as cache_through
+import client.training.cache_through as cache_through
 from client import FeatureClient, FeatureDataset
 from service.main import create_app
 from service.settings import Settings

@@ -8,7 +8,7 @@ import torch
 
 from client import FeatureClient, pad_collate
 from client.host_memory import RecycledMemory
-from client.torch_data import to_sample
+from client.training.torch_data import to_sample
 
 
 def test_a_buffer_anything_still_refers_to_is_never_handed_out_again() -> None:

@@ -26,7 +26,7 @@ from client import (
 )
 from client.chunk_checks import CheckedCopy
 from client.receive import ReceivedCopy
-from client.torch_data import to_sample
+from client.training.torch_data import to_sample
 from schemas import chunk_body
 from schemas.http import BODY_FORMATS, BodyFormat
 from tests.conftest import wait_for

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from client import FeatureClient, TopK, kl_to_student, student_log_probs
-from client.collate import pack_collate, pad_collate
-from client.torch_data import to_sample
+from client.training.collate import pack_collate, pad_collate
+from client.training.torch_data import to_sample
 from schemas.featureset import FeatureSet
 from schemas.fp8 import FP8_MAX, dequantise, quantise
 from service.model.loader import LoadedModel

@@ -127,8 +127,8 @@ def serve(conn: Connection, config: dict[str, Any]) -> None:
     """Answer the consumer's jobs until it says STOP (or goes away)."""
     from client.cache import FeatureCache
     from client.client import FeatureClient
-    from client.collate import pad_into, pad_layout
-    from client.torch_data import fetch_sample, retrying
+    from client.training.collate import pad_into, pad_layout
+    from client.training.torch_data import fetch_sample, retrying
 
     if config["cores"]:
         os.sched_setaffinity(0, config["cores"])

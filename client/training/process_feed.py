@@ -1,6 +1,6 @@
 """`ProcessFeed`: batches assembled by worker processes, each collated, verified, straight into shared memory that
 the training process maps: a loader that scales with the node's cores (one process's interpreter lock bounds it
-otherwise, `client.feed_worker`) without a DataLoader's copy of every batch into fresh shared memory.
+otherwise, `client.training.feed_worker`) without a DataLoader's copy of every batch into fresh shared memory.
 
     with ProcessFeed(url, processes=6, cache_dir="/nvme/hsstore") as feed:
         for epoch in range(epochs):
@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from client.feed_worker import DONE, JOB, RELEASE, STOP, arrays_in
 from client.keys import KeyLike
-from client.torch_data import key_of
+from client.training.feed_worker import DONE, JOB, RELEASE, STOP, arrays_in
+from client.training.torch_data import key_of
 from schemas.manifest import Manifest
 
 _POLL_S = 0.05  # how often a consumer waiting on a batch hands released segments back
@@ -43,7 +43,7 @@ _POLL_S = 0.05  # how often a consumer waiting on a batch hands released segment
 class _Worker:
     def __init__(self, index: int, config: dict[str, Any]) -> None:
         ours, theirs = socket.socketpair()
-        code = f"import sys; sys.path[:0] = {sys.path!r}; from client.feed_worker import main; main()"
+        code = f"import sys; sys.path[:0] = {sys.path!r}; from client.training.feed_worker import main; main()"
         self.process = subprocess.Popen(
             [sys.executable, "-c", code, str(theirs.fileno()), json.dumps(config)], pass_fds=[theirs.fileno()]
         )

@@ -1,5 +1,5 @@
 """torch integration: training samples, a map-style Dataset over keys and an IterableDataset over an entry listing
-(sharded across DataLoader workers and ranks, prefetched); `client.collate` makes batches of them.
+(sharded across DataLoader workers and ranks, prefetched); `client.training.collate` makes batches of them.
 
 Each worker process opens its own FeatureClient (an httpx client does not survive a fork); every sample is verified
 against its hash before it is yielded, and with `cache_dir` a second epoch is served from disk without any request.
@@ -20,13 +20,13 @@ import numpy as np
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from client.cache import FeatureCache
-from client.cache_through import OnMissing, SampleReads
 from client.chunk_checks import DeferredCopy
 from client.client import FeatureClient
-from client.collate import Sample
 from client.errors import StoreUnavailableError
 from client.features import Features
 from client.keys import KeyLike, batch_item
+from client.training.cache_through import OnMissing, SampleReads
+from client.training.collate import Sample
 from schemas.api import FeatureRead
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import EntryFilters
@@ -117,8 +117,8 @@ class FeatureDataset(Dataset[Sample]):
         """`dequantise=False`: fp8 featuresets come as stored (see `to_sample`), for `DeviceFeed` to dequantise.
 
         `on_missing` (with `samples`): "error", a sample not stored is a NotFoundError; "extract", what is missing
-        is submitted now as one warm job of `priority` (`client.cache_through`), and a read of a sample it has not
-        stored yet waits for it; "wait", a read waits for another process's job (on several ranks, let rank 0
+        is submitted now as one warm job of `priority` (`client.training.cache_through`), and a read of a sample it
+        has not stored yet waits for it; "wait", a read waits for another process's job (on several ranks, let rank 0
         extract and the others wait)."""
         if (keys is None) == (samples is None):
             raise ValueError("give keys or samples")
