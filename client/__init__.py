@@ -47,7 +47,7 @@ from schemas.prompt_hash import prompt_hash
 _TORCH_DATA = {
     "compute_features": "client.computation",
     "DeviceFeed": "client.training.device_feed",
-    "EntryStream": "client.training.torch_data",
+    "EntryStream": "client.training.entry_stream",
     "FeatureDataset": "client.training.torch_data",
     "fetch_sample": "client.training.torch_data",
     "pack_collate": "client.training.collate",
