@@ -8,44 +8,9 @@ from typing import Any
 from schemas.states import ItemState
 from service.catalog.postgres.database import PostgresDatabase
 from service.catalog.sql_jobs import ITEM_COLUMNS, SqlJobStore
+from service.catalog.sql_schema import JOB_LEASES, JOBS, JOBS_EXISTING, POSTGRES, render
 
-MIGRATIONS = [
-    """
-CREATE TABLE jobs (
-    id          TEXT PRIMARY KEY,
-    state       TEXT NOT NULL,
-    priority    INTEGER NOT NULL,
-    run_now     BOOLEAN NOT NULL,
-    backends    TEXT NOT NULL,
-    featureset  TEXT NOT NULL,
-    completion  TEXT,
-    created_at  TEXT NOT NULL,
-    started_at  TEXT,
-    finished_at TEXT,
-    tokens      BIGINT NOT NULL DEFAULT 0,
-    busy_s      DOUBLE PRECISION NOT NULL DEFAULT 0,
-    error       TEXT
-);
-CREATE INDEX jobs_id ON jobs (id text_pattern_ops);
-CREATE TABLE job_items (
-    job_id            TEXT NOT NULL REFERENCES jobs (id),
-    idx               INTEGER NOT NULL,
-    backend           TEXT NOT NULL,
-    sample            TEXT NOT NULL,
-    prompt_hash       TEXT NOT NULL,
-    state             TEXT NOT NULL,
-    error             TEXT,
-    content_hash      TEXT,
-    greedy_tokens     INTEGER,
-    completion_ids    TEXT,
-    completion_source TEXT,
-    PRIMARY KEY (job_id, idx, backend)
-);
-CREATE INDEX job_items_pending ON job_items (job_id, state)
-""",
-    "ALTER TABLE job_items ADD COLUMN lease_owner TEXT; ALTER TABLE job_items ADD COLUMN lease_until DOUBLE PRECISION",
-    "ALTER TABLE jobs ADD COLUMN existing INTEGER NOT NULL DEFAULT 0",  # items found already stored
-]
+MIGRATIONS = [render(step, POSTGRES) for step in (JOBS, JOB_LEASES, JOBS_EXISTING)]
 _NOW = "EXTRACT(EPOCH FROM clock_timestamp())"  # the database's clock: every host's workers agree on it
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from service.catalog.postgres.database import PostgresDatabase
+from service.catalog.sql_schema import KV, POSTGRES, render
 
-MIGRATIONS = ["CREATE TABLE kv (name TEXT PRIMARY KEY, value TEXT)"]
+MIGRATIONS = [render(KV, POSTGRES)]
 
 
 class PostgresKeyValue:

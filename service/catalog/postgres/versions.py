@@ -7,28 +7,10 @@ from typing import Any
 
 from schemas.manifest import Manifest
 from service.catalog.postgres.database import PostgresDatabase
+from service.catalog.sql_schema import POSTGRES, VERSIONS, render
 from service.catalog.version_rows import SqlVersionCatalog, document_of
 
-MIGRATIONS = [
-    """
-CREATE TABLE versions (
-    seq            BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    prompt_hash    TEXT NOT NULL,
-    model_revision TEXT NOT NULL,
-    backend        TEXT NOT NULL,
-    featureset_id  TEXT NOT NULL,
-    content_hash   TEXT NOT NULL,
-    created_at     TEXT NOT NULL,
-    manifest       TEXT NOT NULL,
-    audit          TEXT,
-    integrity      TEXT,
-    UNIQUE (prompt_hash, model_revision, backend, featureset_id, content_hash)
-);
-CREATE INDEX versions_prompt ON versions (prompt_hash text_pattern_ops);
-CREATE INDEX versions_content ON versions (content_hash text_pattern_ops);
-CREATE INDEX versions_created ON versions (created_at)
-"""
-]
+MIGRATIONS = [render(VERSIONS, POSTGRES)]
 
 
 class PostgresVersionCatalog(SqlVersionCatalog):

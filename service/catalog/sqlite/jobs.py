@@ -7,47 +7,11 @@ from typing import Any
 
 from schemas.states import ItemState
 from service.catalog.sql_jobs import ITEM_COLUMNS, SqlJobStore
+from service.catalog.sql_schema import JOB_LEASES, JOBS, JOBS_EXISTING, SQLITE, render
 from service.catalog.sqlite.database import SqliteDatabase
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id          TEXT PRIMARY KEY,
-    state       TEXT NOT NULL,
-    priority    INTEGER NOT NULL,
-    run_now     INTEGER NOT NULL,
-    backends    TEXT NOT NULL,
-    featureset  TEXT NOT NULL,
-    completion  TEXT,
-    created_at  TEXT NOT NULL,
-    started_at  TEXT,
-    finished_at TEXT,
-    tokens      INTEGER NOT NULL DEFAULT 0,
-    busy_s      REAL NOT NULL DEFAULT 0,
-    error       TEXT
-);
-CREATE TABLE IF NOT EXISTS job_items (
-    job_id            TEXT NOT NULL,
-    idx               INTEGER NOT NULL,
-    backend           TEXT NOT NULL,
-    sample            TEXT NOT NULL,
-    prompt_hash       TEXT NOT NULL,
-    state             TEXT NOT NULL,
-    error             TEXT,
-    content_hash      TEXT,
-    greedy_tokens     INTEGER,
-    completion_ids    TEXT,
-    completion_source TEXT,
-    PRIMARY KEY (job_id, idx, backend)
-);
-CREATE INDEX IF NOT EXISTS job_items_pending ON job_items (job_id, state);
-"""
-
-
-_LEASES = "ALTER TABLE job_items ADD COLUMN lease_owner TEXT; ALTER TABLE job_items ADD COLUMN lease_until REAL"
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # the database's clock, in epoch seconds
-# items a job found already stored: a warm run of stored samples says "0 new", not "10 stored"
-_EXISTING = "ALTER TABLE jobs ADD COLUMN existing INTEGER NOT NULL DEFAULT 0"
-MIGRATIONS = [_SCHEMA, _LEASES, _EXISTING]
+MIGRATIONS = [render(step, SQLITE) for step in (JOBS, JOB_LEASES, JOBS_EXISTING)]
 
 
 class SqliteJobStore(SqlJobStore):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from service.catalog.sql_schema import KV, SQLITE, render
 from service.catalog.sqlite.database import SqliteDatabase
 
-MIGRATIONS = ["CREATE TABLE IF NOT EXISTS kv (name TEXT PRIMARY KEY, value TEXT);"]
+MIGRATIONS = [render(KV, SQLITE)]
 
 
 class SqliteKeyValue:

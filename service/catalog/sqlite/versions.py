@@ -7,26 +7,9 @@ from typing import Any
 
 from schemas.manifest import Manifest
 from service.catalog.migrations import Step
+from service.catalog.sql_schema import SQLITE, VERSIONS, render
 from service.catalog.sqlite.database import SqliteDatabase
 from service.catalog.version_rows import SqlVersionCatalog, document_of
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS versions (
-    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
-    prompt_hash    TEXT NOT NULL,
-    model_revision TEXT NOT NULL,
-    backend        TEXT NOT NULL,
-    featureset_id  TEXT NOT NULL,
-    content_hash   TEXT NOT NULL,
-    created_at     TEXT NOT NULL,
-    manifest       TEXT NOT NULL,
-    audit          TEXT,
-    integrity      TEXT,
-    UNIQUE (prompt_hash, model_revision, backend, featureset_id, content_hash)
-);
-CREATE INDEX IF NOT EXISTS versions_prompt ON versions (prompt_hash);
-CREATE INDEX IF NOT EXISTS versions_created ON versions (created_at);
-"""
 
 
 def _add_record_columns(conn: sqlite3.Connection) -> None:
@@ -37,7 +20,7 @@ def _add_record_columns(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE versions ADD COLUMN {column} TEXT")
 
 
-MIGRATIONS: list[Step] = [_SCHEMA, _add_record_columns]
+MIGRATIONS: list[Step] = [render(VERSIONS, SQLITE), _add_record_columns]
 
 
 class SqliteVersionCatalog(SqlVersionCatalog):
