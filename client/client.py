@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import httpx
 
@@ -32,7 +32,7 @@ from schemas.api import (
 from schemas.chunk_body import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import BY_FRAME_KIND, DEFAULT_URL, ERROR_FRAME, BodyFormat, accept_header, format_of
-from schemas.keys import FeatureKey
+from schemas.keys import FeatureKey, KeyParts
 from schemas.tokens import TokenRange
 
 Tokens = tuple[int | None, int | None] | TokenRange | str
@@ -104,28 +104,15 @@ class FeatureClient(ServiceCalls):
         self,
         prompt: Mapping[str, Any] | None = None,
         *,
-        prompt_hash: str | None = None,
-        backend: str | None = None,
-        model_revision: str | None = None,
-        featureset: FeatureSet | str | None = None,
-        content_hash: str | None = None,
         layers: Sequence[LayerId] | None = None,
         tokens: Tokens | None = None,
+        **key: Unpack[KeyParts],
     ) -> Features:
         """Fetch one entry's features, verified. Name the prompt (hashed here) or its prompt_hash; a token range past
         the end is clipped, as Python slicing clips (`Features.tokens` says what was served). A featureset object
         is named by its parts: any stored featureset holding it serves the read, sliced to its layers
         (`Features.manifest` says which entry served it); an id names that featureset's entry only."""
-        item = part_of_parts(
-            prompt,
-            prompt_hash=prompt_hash,
-            backend=backend,
-            model_revision=model_revision,
-            featureset=featureset,
-            content_hash=content_hash,
-            layers=layers,
-            tokens=tokens,
-        )
+        item = part_of_parts(prompt, layers=layers, tokens=tokens, **key)
         return self.fetch(item.key, item.layers, tokens)
 
     def fetch(self, key: FeatureKey, layers: Sequence[LayerId] | None = None, tokens: Tokens | None = None) -> Features:

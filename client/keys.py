@@ -4,12 +4,12 @@ arguments (`prompt` or `prompt_hash`, `featureset` as an object or an id, `layer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from client.errors import InvalidRequestError
 from schemas.api import FeatureRead, LayersKey
 from schemas.featureset import FeatureSet, LayerId
-from schemas.keys import FeatureKey
+from schemas.keys import FeatureKey, KeyNamingError, KeyParts
 from schemas.tokens import TokenRange
 
 KeyLike = FeatureKey | FeatureRead | Mapping[str, Any]
@@ -30,7 +30,7 @@ def part_of_parts(
     *,
     layers: Sequence[LayerId] | None = None,
     tokens: Any = None,
-    **parts: Any,
+    **parts: Unpack[KeyParts],
 ) -> FeatureRead:
     """`key_of_parts` with the part read: `layers` (a featureset object's own unless fewer are named: it is named
     by its parts, so any stored featureset holding them serves it) and `tokens`."""
@@ -45,13 +45,13 @@ def part_of_parts(
     )
 
 
-def key_of_parts(prompt: Mapping[str, Any] | None = None, **parts: Any) -> FeatureKey:
+def key_of_parts(prompt: Mapping[str, Any] | None = None, **parts: Unpack[KeyParts]) -> FeatureKey:
     """`FeatureKey.of`, a malformed part refused here as the service would refuse it (naming neither or both of
-    prompt and prompt_hash is a caller's mistake: ValueError)."""
-    if (prompt is None) == (parts.get("prompt_hash") is None):
-        raise ValueError("name exactly one of prompt or prompt_hash")
+    prompt and prompt_hash is a caller's mistake: KeyNamingError, a ValueError)."""
     try:
         return FeatureKey.of(prompt, **parts)
+    except KeyNamingError:
+        raise
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from None
 

@@ -26,7 +26,7 @@ from schemas.estimates import EstimateReport, EstimateRequest
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import BODY_FORMATS, BodyFormat
 from schemas.job_api import JobList, JobRequest, JobStatus, WindowOpenRequest, WindowState, WorkerLease, WorkerList
-from schemas.keys import EntryFilter, EntryFilters
+from schemas.keys import EntryFilter, EntryFilters, KeyParts
 from schemas.manifest import Manifest
 from schemas.states import Existing
 from schemas.tensors import RawTensor
@@ -35,26 +35,10 @@ from schemas.tensors import RawTensor
 class ServiceCalls:
     _transport: Transport
 
-    def exists(
-        self,
-        prompt: Mapping[str, Any] | None = None,
-        *,
-        prompt_hash: str | None = None,
-        backend: str | None = None,
-        model_revision: str | None = None,
-        featureset: FeatureSet | str | None = None,
-        content_hash: str | None = None,
-    ) -> bool:
+    def exists(self, prompt: Mapping[str, Any] | None = None, **key: Unpack[KeyParts]) -> bool:
         """Whether a version with this key is stored (a HEAD: no body is read); a featureset object, as `get` names
         it, is there when a stored featureset holds it."""
-        item = part_of_parts(
-            prompt,
-            prompt_hash=prompt_hash,
-            backend=backend,
-            model_revision=model_revision,
-            featureset=featureset,
-            content_hash=content_hash,
-        )
+        item = part_of_parts(prompt, **key)
         return self._transport.exists(f"/v1/features/{item.prompt_hash}", item.read_params())
 
     # -- listing, comparing, auditing ----------------------------------------------------------------------------

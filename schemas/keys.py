@@ -6,7 +6,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -116,6 +116,21 @@ def version_name(key: EntryKey, content_hash: str) -> str:
     return hashlib.sha256(joined.encode()).hexdigest()
 
 
+class KeyParts(TypedDict, total=False):
+    """A key's parts as callers name them beside the prompt itself (`FeatureKey.of`, the client's `get`, `exists`):
+    written once."""
+
+    prompt_hash: str | None
+    model_revision: str | None
+    backend: str | None
+    featureset: FeatureSet | str | None  # an id names that featureset; an object names it by its parts
+    content_hash: str | None
+
+
+class KeyNamingError(ValueError):
+    """Neither or both of prompt and prompt_hash: the caller's mistake, not a malformed part."""
+
+
 class FeatureKey(BaseModel):
     """Which entry a reader means: its prompt hash, plus the key parts that narrow it (a part left out must leave one
     entry), plus optionally a pinned version. One type for the client, the routes and the core; its JSON form is the
@@ -149,30 +164,26 @@ class FeatureKey(BaseModel):
     _backend = field_validator("backend")(lambda value: check_backend(value))
 
     @classmethod
-    def of(
-        cls,
-        prompt: Mapping[str, Any] | None = None,
-        *,
-        prompt_hash: str | None = None,
-        model_revision: str | None = None,
-        backend: str | None = None,
-        featureset: FeatureSet | str | None = None,
-        content_hash: str | None = None,
-    ) -> FeatureKey:
+    def of(cls, prompt: Mapping[str, Any] | None = None, **named: Unpack[KeyParts]) -> FeatureKey:
         """The key as callers name it: the prompt itself (hashed here) or its hash, a featureset by its id or, as an
         object, by its parts (the read then names its layers: `FeatureSet.layers` unless it asks for fewer).
-        ValueError, in words, for a part that is not what it should be."""
+        KeyNamingError for neither or both of prompt and prompt_hash; ValueError, in words, for a part that is not
+        what it should be."""
+        unknown = sorted(set(named) - set(KeyParts.__annotations__))
+        if unknown:  # keywords through **: a misspelt one must not pass unseen
+            raise TypeError(f"unexpected key part(s) {unknown}; a key names {sorted(KeyParts.__annotations__)}")
+        prompt_hash, featureset = named.get("prompt_hash"), named.get("featureset")
         if (prompt is None) == (prompt_hash is None):
-            raise ValueError("name exactly one of prompt or prompt_hash")
+            raise KeyNamingError("name exactly one of prompt or prompt_hash")
         parts: dict[str, object] = {"featureset": featureset}
         if isinstance(featureset, FeatureSet):
             parts = {"dtype": featureset.dtype, "target_ids": featureset.target_ids or None, "top_k": featureset.top_k}
         try:
             return cls(
                 prompt_hash=prompt_hash if prompt_hash is not None else hash_prompt(prompt),  # type: ignore[arg-type]
-                model_revision=model_revision,
-                backend=backend,
-                content_hash=content_hash,
+                model_revision=named.get("model_revision"),
+                backend=named.get("backend"),
+                content_hash=named.get("content_hash"),
                 **parts,  # type: ignore[arg-type]
             )
         except ValidationError as exc:

@@ -91,8 +91,12 @@ def test_typed_errors(client: FeatureClient) -> None:
         client.get(prompt_hash="0" * 64)
     with pytest.raises(InvalidRequestError, match="unknown backend"):
         client.extract([{"text": "x"}], backend="tpu")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="exactly one of prompt or prompt_hash"):
         client.get()
+    with pytest.raises(TypeError, match="backnd"):  # the key's parts come through **: a misspelt one is refused
+        client.get(prompt_hash="0" * 64, backnd="fla")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="backnd"):
+        client.exists(prompt_hash="0" * 64, backnd="fla")  # type: ignore[call-arg]
 
 
 def test_featureset_by_layers_or_object(client: FeatureClient) -> None:
