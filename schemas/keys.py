@@ -233,13 +233,7 @@ class EntryFilter:
 _FILTERS = ("prompt_hash", "model_revision", "backend", "featureset", "content_hash", "since")
 
 
-class EntryFilters(TypedDict, total=False):
-    """A listing's filters as keywords (the client's `entries`): EntryFilter's parts, a featureset as its object or
-    its id."""
+class EntryFilters(KeyParts, total=False):
+    """A listing's filters as keywords (the client's `entries`): a key's parts, and `since`."""
 
-    prompt_hash: str | None
-    model_revision: str | None
-    backend: str | None
-    featureset: FeatureSet | str | None
-    content_hash: str | None
     since: str | None
