@@ -6,8 +6,10 @@
 per mix, in turn:
   naive  HF `model(input_ids, output_hidden_states=True)` (logits included), one sequence at a time, layers picked
          from the tuple: the forward alone, nothing copied or written; over the mix's first `--naive-tokens` (its
-         tok/s is per sequence, so a prefix measures it as the whole would, in a fraction of the time).
-  e2e    the service's extraction path: FeatureWriter.extract over the same sequences (fixed-shape packs of
+         tok/s is per sequence, so a prefix measures it as the whole would, in a fraction of the time). Its full
+         attention is pinned to the kernel the service pins (FlashAttention), so neither side pays cuDNN's plan per
+         new length (`sdpa_lengths.py`).
+  e2e    the service's extraction path: FeatureWriter.extract over the same sequences (own-rows packs of
          `--pack-tokens` on CUDA, the fused elementwise forwards once proven bit-equal, side-stream copy to pinned
          memory, hashing + compression + zarr write + catalog in writer threads).
   lean   the packed lean forward alone (no hash or write): what the writing pipeline leaves of it, over the first
@@ -42,10 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.records import record_header
 from schemas.api import ExtractRequest
-from schemas.backend import Backend
+from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.keys import FeatureKey
+from schemas.lean_forward import attention_pinned
 from schemas.samples import parse_sample
 from service.extraction.packing import plan_packs
 from service.main import build_services
@@ -116,7 +119,7 @@ def naive(model: torch.nn.Module, sequences: list[list[int]], layers: list[int])
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     start = time.perf_counter()
-    with torch.inference_mode():
+    with torch.inference_mode(), attention_pinned(PINNED_ATTENTION):
         for ids in sequences:
             out = model(input_ids=torch.tensor([ids], device="cuda"), output_hidden_states=True, use_cache=False)
             features = torch.stack([out.hidden_states[layer + 1] for layer in layers], dim=2)
@@ -219,6 +222,7 @@ def main() -> None:
     vocab = int(loaded.config.vocab_size)
     extractor, spec = services.models.extractor(), services.models.spec
     record["policy"] = extractor.fingerprint(Backend.FLA, pack=extractor.pack_policy).batching
+    record["attention_kernel"] = extractor.fingerprint(Backend.FLA).attention_kernel
     extractor.fusion_keeps_bits(Backend.FLA)
     record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
 

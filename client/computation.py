@@ -1,6 +1,7 @@
 """The one call a trainer holding the target uses to compute features exactly as a stored entry of that model, backend
 and featureset was computed, in its own process, with no service: the model's own forward of the sequence alone
-(`schemas/lean_forward.py`: layer L is decoder layer L's output, the heads in chunks of `HEAD_CHUNK` tokens). The
+(`schemas/lean_forward.py`: layer L is decoder layer L's output, full attention on the pinned kernel, the heads in
+chunks of `HEAD_CHUNK` tokens). The
 service gives every sequence those bits in its packs by construction, so on the GPU type and library versions an
 entry's fingerprint names, the tensors are the stored ones bit for bit (`check_backends` compares them).
 
@@ -19,6 +20,7 @@ import torch
 from client.errors import MixedBackendsError
 from client.live import live_backend
 from schemas import fp8
+from schemas.backend import PINNED_ATTENTION, AttentionKernel
 from schemas.featureset import FeatureSet
 from schemas.lean_forward import capture, chunked_heads
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
@@ -29,11 +31,13 @@ def compute_features(
     input_ids: Sequence[int] | torch.Tensor,
     featureset: FeatureSet | None = None,
     backend: str | None = None,
+    attention: AttentionKernel | None = PINNED_ATTENTION,
 ) -> dict[str, torch.Tensor]:
     """The tensors a stored entry of `featureset` (the model's default, DFlash's layers, when None) holds for these
     token ids (prompt then completion), on the model's device, named and typed as stored: `hidden_states` [T, L, H]
     (float8 beside `hidden_scales` for an fp8 featureset), `input_ids`, and what the featureset takes from the logits.
-    `backend`: the entries' backend, refused (MixedBackendsError) unless this process's kernels run it."""
+    `backend`: the entries' backend, refused (MixedBackendsError) unless this process's kernels run it. `attention`:
+    the entries' `fingerprint.attention_kernel` (None for entries from before the pin: torch's choice)."""
     live = live_backend(model)
     if backend is not None and backend != live:
         raise MixedBackendsError(
@@ -46,7 +50,7 @@ def compute_features(
     device = body.embed_tokens.weight.device
     ids = torch.as_tensor(input_ids, dtype=torch.long).to(device).reshape(1, -1)
     with torch.inference_mode():
-        hidden, normed = capture(body, ids, featureset)
+        hidden, normed = capture(body, ids, featureset, attention)
         heads = chunked_heads(model.get_output_embeddings(), normed[0], featureset) if normed is not None else {}
         out: dict[str, torch.Tensor] = {"input_ids": ids[0].to(torch.int32), **heads}
         if featureset.dtype == "float8_e4m3fn":

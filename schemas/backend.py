@@ -49,6 +49,17 @@ def backend_for_fast(fast: set[str]) -> Backend | None:
     return next((spec.backend for spec in BACKENDS if spec.fast == fast), None)
 
 
+class AttentionKernel(StrEnum):
+    """Which of torch's scaled-dot-product attention kernels ran full attention, pinned for every shape: part of the
+    computation (two kernels round differently). Left to torch, the 27B's attention on an H200 is cuDNN's, which
+    builds a plan per new sequence length (72 ms each, `benchmarks/results/sdpa-lengths-h200.json`)."""
+
+    FLASH = "flash"
+
+
+# What new extractions pin (`schemas/lean_forward.py` applies it)
+PINNED_ATTENTION = AttentionKernel.FLASH
+
 # Imported features (`hsstore import`): nothing says which kernels computed them, so they are stored under this
 # backend unless the importer states one. It names entries, never an extraction: no host can run it.
 UNKNOWN_BACKEND = "unknown"
@@ -98,6 +109,9 @@ class Fingerprint(BaseModel):
     device: str
     dtype: str
     attn_implementation: str
+    # under `sdpa`, the kernel pinned for full attention; None: torch chose per shape (every entry before the pin;
+    # cuDNN at the 27B's shape on an H200), and an audit leaves it to torch again
+    attention_kernel: AttentionKernel | None = None
     kernels: dict[str, str]
     compiled: bool = False
     cuda_graphs: bool = False

@@ -7,6 +7,8 @@ Layer L is the raw output of decoder layer L (HF `hidden_states[L+1]`, DFlash's 
 output and `final_norm` the final RMSNorm's output. transformers 5.x puts the post-norm tensor last in
 `hidden_states`, so the last layer's raw output is only reachable through a hook, which is what we use for all.
 Each hook copies its layer into one preallocated [B, T, n_layers, H] buffer, so no layer output outlives its use.
+Full attention runs the kernel the computation names (`AttentionKernel`), pinned around the forward, whatever torch
+would pick for the shape.
 """
 
 from __future__ import annotations
@@ -15,24 +17,39 @@ import contextlib
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from schemas.backend import PINNED_ATTENTION, AttentionKernel
 from schemas.featureset import EMBED, FINAL_NORM, FeatureSet, LayerId
 from schemas.manifest import TOPK_IDS, TOPK_LOGPROBS, TOPK_MASS
 
 # Tokens per lm_head GEMM: part of the computation (a GEMM's rows can change with its row count), so a constant
 HEAD_CHUNK = 1024
+_SDPA_BACKENDS = {AttentionKernel.FLASH: SDPBackend.FLASH_ATTENTION}
 
 
 class _EnoughLayers(Exception):
     """Raised from the last hook we need: the rest of the stack is not run."""
 
 
+def attention_pinned(kernel: AttentionKernel | None) -> contextlib.AbstractContextManager[Any]:
+    """`kernel` as the only scaled-dot-product attention kernel torch may run (it raises where that one cannot run,
+    rather than running another); None leaves the choice to torch. The switch is process-wide: one forward at a time
+    (the extractor's lock)."""
+    return sdpa_kernel([_SDPA_BACKENDS[kernel]]) if kernel is not None else contextlib.nullcontext()
+
+
 def capture(
-    body: Any, input_ids: torch.Tensor, featureset: FeatureSet, **inputs: Any
+    body: Any,
+    input_ids: torch.Tensor,
+    featureset: FeatureSet,
+    attention: AttentionKernel | None = PINNED_ATTENTION,
+    **inputs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Run `body` (embed_tokens, layers, norm) on `input_ids` [B, T] (and `inputs`: a pack's positions and masks).
-    Returns the featureset's layers as [B, T, n_layers, H] and, when the featureset needs logits, the final norm's
-    output [B, T, H]."""
+    """Run `body` (embed_tokens, layers, norm) on `input_ids` [B, T] (and `inputs`: a pack's positions and masks),
+    full attention on `attention`'s kernel (None: torch's choice, what entries before the pin ran). Returns the
+    featureset's layers as [B, T, n_layers, H] and, when the featureset needs logits, the final norm's output
+    [B, T, H]."""
     layers = list(featureset.layers)
     decoder_layers = [layer for layer in layers if isinstance(layer, int)]
     need_norm = FINAL_NORM in layers or featureset.needs_logits
@@ -64,7 +81,7 @@ def capture(
             handles.append(body.layers[layer].register_forward_hook(hook_for(layer)))
         if need_norm:
             handles.append(body.norm.register_forward_hook(hook_for(FINAL_NORM)))
-        with contextlib.suppress(_EnoughLayers):
+        with contextlib.suppress(_EnoughLayers), attention_pinned(attention):
             body(input_ids=input_ids, use_cache=False, **inputs)
     finally:
         for handle in handles:

@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from schemas import fp8
-from schemas.backend import RULE, SPECS, Backend, Fingerprint
+from schemas.backend import PINNED_ATTENTION, RULE, SPECS, AttentionKernel, Backend, Fingerprint
 from schemas.batching import ONE_PER_FORWARD, PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.lean_forward import capture, chunked_heads
@@ -42,6 +42,9 @@ _SUMMARY = "layer summary"
 
 
 class Extractor:
+    # the attention kernel new extractions pin (an audit runs the one its entry's fingerprint names)
+    attention_kernel: AttentionKernel | None = PINNED_ATTENTION
+
     def __init__(
         self,
         loaded: LoadedModel,
@@ -62,8 +65,15 @@ class Extractor:
             return None
         return PackPolicy(self.pack_tokens)
 
-    def fingerprint(self, backend: Backend, fused: bool = False, pack: PackPolicy | None = None) -> Fingerprint:
+    def fingerprint(
+        self,
+        backend: Backend,
+        fused: bool = False,
+        pack: PackPolicy | None = None,
+        attention: AttentionKernel | None = PINNED_ATTENTION,
+    ) -> Fingerprint:
         device = self.loaded.device
+        implementation = str(self.loaded.config._attn_implementation)
         device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         return Fingerprint(
             torch=torch.__version__,
@@ -72,7 +82,8 @@ class Extractor:
             causal_conv1d=version_of("causal-conv1d"),
             device=device_name,
             dtype=str(self.loaded.model.dtype).removeprefix("torch."),
-            attn_implementation=str(self.loaded.config._attn_implementation),
+            attn_implementation=implementation,
+            attention_kernel=attention if implementation == "sdpa" else None,  # only sdpa's kernels are pinned
             kernels=self.loaded.kernels.plan(backend),
             batching=pack.describe() if pack is not None else ONE_PER_FORWARD,
             elementwise=FUSED if fused else EAGER,
@@ -82,13 +93,19 @@ class Extractor:
         )
 
     def extract(
-        self, encoded: EncodedPrompt, featureset: FeatureSet, backend: Backend, label: str, policy: str | None = None
+        self,
+        encoded: EncodedPrompt,
+        featureset: FeatureSet,
+        backend: Backend,
+        label: str,
+        policy: str | None = None,
+        attention: AttentionKernel | Literal["default"] | None = "default",
     ) -> Extraction:
-        """One sequence alone, under the policy a fingerprint names (`batching`; what an audit reproduces): alone in
-        a pack for a packed one, else one sequence per forward (what an earlier release's right-padded batches were
-        probed against)."""
+        """One sequence alone, under the policy and attention kernel a fingerprint names (`batching`,
+        `attention_kernel`; what an audit reproduces): alone in a pack for a packed one, else one sequence per forward
+        (what an earlier release's right-padded batches were probed against)."""
         pack = PackPolicy.parse(policy) if policy is not None else self.pack_policy
-        ((_, pending),) = self.extract_many([(encoded, label)], featureset, backend, pack=pack)
+        ((_, pending),) = self.extract_many([(encoded, label)], featureset, backend, pack=pack, attention=attention)
         return pending.wait()
 
     def extract_many(
@@ -97,18 +114,23 @@ class Extractor:
         featureset: FeatureSet,
         backend: Backend,
         pack: PackPolicy | Literal["default"] | None = "default",
+        attention: AttentionKernel | Literal["default"] | None = "default",
     ) -> Iterator[tuple[int, PendingExtraction]]:
-        """Yield (index into `items`, pending extraction) as packs or forwards finish, longest sequences first."""
+        """Yield (index into `items`, pending extraction) as packs or forwards finish, longest sequences first;
+        full attention on `attention`'s kernel (None: torch's choice, as entries before the pin)."""
         loaded = self.loaded
         pack = self.pack_policy if pack == "default" else pack
+        attention = self.attention_kernel if attention == "default" else attention
         with self._lock, self._on_device(), torch.inference_mode(), loaded.kernels.running(backend) as run:
             fused = self.checks.fusion(backend)
             sequences = [self._complete(encoded) for encoded, _ in items]
             run.verify()
             if pack is not None:
-                fingerprint = self.fingerprint(backend, fused is not None, pack)
+                fingerprint = self.fingerprint(backend, fused is not None, pack, attention)
                 for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
-                    hidden, normed, ids = self._forward_pack(planned, sequences, featureset, fused, pack, backend)
+                    hidden, normed, ids = self._forward_pack(
+                        planned, sequences, featureset, fused, pack, backend, attention
+                    )
                     run.verify()
                     staged = self._stage(hidden, planned, featureset)
                     for segment in planned.segments:
@@ -128,10 +150,10 @@ class Extractor:
                         )
                         yield segment.index, finished
                 return
-            fingerprint = self.fingerprint(backend, fused is not None)
+            fingerprint = self.fingerprint(backend, fused is not None, attention=attention)
             longest_first = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i].ids), i))
             for forward, index in enumerate(longest_first):
-                hidden, heads, ids = self._forward(sequences[index], featureset, fused)
+                hidden, heads, ids = self._forward(sequences[index], featureset, fused, attention)
                 run.verify()  # nothing leaves this function labelled with kernels that did not run
                 seq = sequences[index]
                 yield index, self._finish(seq, hidden, ids, heads, featureset, fingerprint, items[index][1], forward)
@@ -168,6 +190,7 @@ class Extractor:
         fused: FusedForwards | None,
         policy: PackPolicy,
         backend: Backend,
+        attention: AttentionKernel | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """[1, shape, n_layers, H] hidden states of one pack, the final norm's output when logits are needed, and
         the pack's token ids [1, shape] on the device."""
@@ -180,7 +203,7 @@ class Extractor:
             own_rows(self.loaded.body, rows, fused) if rows is not None else contextlib.nullcontext(),
             per_sequence(self.loaded.kernels.module, pack, policy, rule_over_pack),
         ):
-            return (*capture(self.loaded.body, ids, featureset, **inputs), ids)
+            return (*capture(self.loaded.body, ids, featureset, attention, **inputs), ids)
 
     def _stage(self, hidden: torch.Tensor, pack: Pack, featureset: FeatureSet) -> torch.Tensor | None:
         """A pack's captured layers on their way to host memory in one copy, into a pinned block of the pack's fixed
@@ -198,7 +221,11 @@ class Extractor:
         return chunked_heads(self.loaded.model.get_output_embeddings(), normed, featureset)
 
     def _forward(
-        self, seq: TokenSequence, featureset: FeatureSet, fused: FusedForwards | None = None
+        self,
+        seq: TokenSequence,
+        featureset: FeatureSet,
+        fused: FusedForwards | None = None,
+        attention: AttentionKernel | None = PINNED_ATTENTION,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """[T, n_layers, H] hidden states of one sequence alone, what the featureset takes from its logits
         (`chunked_heads`; empty when it takes nothing), and its token ids [T] on the device."""
@@ -206,7 +233,7 @@ class Extractor:
         # from pinned memory without blocking: the thread never waits for the GPU between sequences
         ids = staged.to(self.loaded.device, non_blocking=True)
         with fused.applied() if fused is not None else contextlib.nullcontext():
-            hidden, normed = capture(self.loaded.body, ids, featureset)
+            hidden, normed = capture(self.loaded.body, ids, featureset, attention)
         return hidden[0], self._heads(normed[0], featureset) if normed is not None else {}, ids[0]
 
     def _finish(

@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from client import FeatureClient
+from schemas.backend import PINNED_ATTENTION
 from schemas.featureset import FeatureSet
+from schemas.lean_forward import attention_pinned
 from service.main import create_app
 from service.model.devmodel import build_devmodel
 from service.model.fused import EAGER, FUSED
@@ -76,7 +78,8 @@ def test_served_layers_equal_hf_hidden_states_on_gpu(gpu_client: FeatureClient, 
     assert manifest.fingerprint.elementwise in (FUSED, EAGER)
     served = gpu_client.get(SAMPLE, featureset=featureset, backend="fla")
     model = AutoModelForCausalLM.from_pretrained(gpu_settings.model_dir, dtype=torch.bfloat16).cuda().eval()
-    with torch.inference_mode():
+    assert manifest.fingerprint.attention_kernel == PINNED_ATTENTION
+    with torch.inference_mode(), attention_pinned(PINNED_ATTENTION):
         ids = served.input_ids.long().unsqueeze(0).cuda()
         hf = model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states
     for layer in range(7):

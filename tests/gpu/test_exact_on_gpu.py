@@ -1,7 +1,9 @@
 """At the 27B width (hidden 5,120 and the 27B's head counts; 8 layers, two of them full attention; random weights),
 for every backend and for the FP8 target: what the service stores and serves for sequences of 64 to 16,384 tokens
 (multiples of 64 and not; one filling a pack, the rest sharing packs) is the model's own forward of each sequence
-alone, `model(input_ids, output_hidden_states=True)`, bit for bit; the heads are `compute_features`' (the trainer's
+alone, `model(input_ids, output_hidden_states=True)` with full attention pinned to FlashAttention, bit for bit; an
+entry from before the pin (attention left to torch: cuDNN's here) is reproduced by the audit under torch's choice and
+is the plain forward's under it; the heads are `compute_features`' (the trainer's
 call: the forward's lm_head in chunks of 1,024 tokens); and a fresh process computing them with `compute_features`
 gets the stored bits. The tiny model's test proves nothing here: its GEMMs give the same rows at any M, and these do
 not. Run on the device: python -m pytest -m gpu tests/gpu"""
@@ -19,8 +21,10 @@ import torch
 
 from client.computation import compute_features
 from schemas.api import ExtractRequest
-from schemas.backend import Backend
+from schemas.backend import PINNED_ATTENTION, AttentionKernel, Backend
 from schemas.featureset import FeatureSet
+from schemas.lean_forward import attention_pinned
+from schemas.samples import parse_sample
 from schemas.torch_tensors import to_torch
 from service.main import build_services
 from service.model.fp8_weights import gemm_counts
@@ -44,16 +48,19 @@ def _ids(n: int, seed: int) -> list[int]:
 SEQUENCES = [_ids(n, seed) for seed, n in enumerate(LENGTHS)]
 
 
-def _plain(loaded: LoadedModel, ids: list[int], backend: Backend) -> torch.Tensor:
-    """The model's own forward of the sequence alone, as transformers runs it with `backend`'s kernels bound: the
-    featureset's layers [T, L, H] (layer 7's raw output, which HF's tuple replaces by the final norm's, from a hook)."""
+def _plain(
+    loaded: LoadedModel, ids: list[int], backend: Backend, attention: AttentionKernel | None = PINNED_ATTENTION
+) -> torch.Tensor:
+    """The model's own forward of the sequence alone, as transformers runs it with `backend`'s kernels bound and full
+    attention on `attention`'s kernel: the featureset's layers [T, L, H] (layer 7's raw output, which HF's tuple
+    replaces by the final norm's, from a hook)."""
     model = loaded.model
     seen: list[torch.Tensor] = []
     hook = model.model.layers[7].register_forward_hook(
         lambda _m, _a, out: seen.append(out[0] if isinstance(out, tuple) else out)
     )
     try:
-        with torch.inference_mode(), loaded.kernels.running(backend):
+        with torch.inference_mode(), loaded.kernels.running(backend), attention_pinned(attention):
             out = model(input_ids=torch.tensor([ids], device="cuda"), output_hidden_states=True, use_cache=False)
     finally:
         hook.remove()
@@ -117,6 +124,21 @@ def test_stored_features_are_the_models_own_forward_at_the_27b_width(bf16, backe
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
     for index, live in zip(picked, torch.load(tmp_path / "live.pt"), strict=True):
         assert torch.equal(live, stored[index]["hidden_states"]), LENGTHS[index]
+
+
+def test_an_entry_from_before_the_pin_is_reproduced_under_torchs_choice(bf16) -> None:
+    """What an audit of an entry whose fingerprint names no attention kernel runs: attention left to torch (cuDNN's
+    here), alone in its pack, the plain forward's bits under torch's choice."""
+    loaded, services = bf16
+    extractor, spec = services.models.extractor(), services.models.spec
+    for index in (2, 9):  # 200 and 3,001 tokens
+        encoded = spec.encode(parse_sample({"token_ids": SEQUENCES[index]}), PACK)
+        policy = extractor.pack_policy.describe()
+        old = extractor.extract(encoded, FEATURES, Backend.FLA, "before the pin", policy, attention=None)
+        assert old.fingerprint.attention_kernel is None
+        (hidden,) = [to_torch(t) for t in old.tensors if t.name == "hidden_states"]
+        plain = _plain(loaded, SEQUENCES[index], Backend.FLA, attention=None).cpu()
+        assert torch.equal(hidden.view(torch.int16), plain.view(torch.int16)), LENGTHS[index]
 
 
 def test_the_fp8_targets_stored_features_are_its_own_forward_at_the_27b_width(bf16, tmp_path: Path) -> None:

@@ -133,12 +133,13 @@ class Auditor:
                 completion_source=manifest.completion_source,
                 greedy_max_new_tokens=None,
             )
-        again = extractor.extract(  # alone, under the policy that made it: a packed entry gets other neighbours
+        again = extractor.extract(  # alone, under the policy and attention kernel that made it
             encoded,
             manifest.featureset,
             Backend(manifest.backend),
             f"audit of {manifest.prompt_hash[:16]}",
             manifest.fingerprint.batching,
+            manifest.fingerprint.attention_kernel,
         )
         reproduced_hash = content_hash(again.tensors)
         ok = reproduced_hash == manifest.content_hash

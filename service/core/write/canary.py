@@ -2,11 +2,12 @@
 
 Entries are keyed by prompt, model revision, backend and featureset, not by library versions or GPU: a torch or fla
 upgrade, or a faulty GPU, that changes the bits would put a second truth under keys that already hold one. So the
-first time this store sees a (model revision, backend, policy) — policy: the fingerprint's batching and elementwise
-path — the extracting host extracts a fixed canary sample through every layer and records its content hash with its
-fingerprint in the catalog. After every model load (each worker, each window), before the first extraction under a
-backend, the host extracts the canary again; if the bits differ it refuses to extract under that key space
-(`CanaryMismatch`, 500 `backend_mismatch`, nothing stored), naming what changed between the two fingerprints.
+first time this store sees a (model revision, backend, policy) — policy: the fingerprint's batching, elementwise
+path and pinned attention kernel — the extracting host extracts a fixed canary sample through every layer and
+records its content hash with its fingerprint in the catalog. After every model load (each worker, each window),
+before the first extraction under a backend, the host extracts the canary again; if the bits differ it refuses to
+extract under that key space (`CanaryMismatch`, 500 `backend_mismatch`, nothing stored), naming what changed between
+the two fingerprints.
 """
 
 from __future__ import annotations
@@ -73,7 +74,10 @@ class Canaries:
 
 
 def _record_name(revision: str, backend: Backend, fingerprint: Fingerprint) -> str:
-    policy = hashlib.sha256(f"{fingerprint.batching}\n{fingerprint.elementwise}".encode()).hexdigest()[:16]
+    parts = [fingerprint.batching, fingerprint.elementwise]
+    if fingerprint.attention_kernel is not None:  # a store's canaries from before the pin keep their names
+        parts.append(fingerprint.attention_kernel)
+    policy = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return f"canary:{revision}:{backend.value}:{policy}"
 
 

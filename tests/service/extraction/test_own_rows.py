@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from schemas.backend import Backend
+from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
 from service.extraction.bit_checks import TokenSequence
@@ -97,7 +97,8 @@ def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards
     sequences = _sequences([120, 70, 30, 9])
     (pack,) = plan_packs([len(s.ids) for s in sequences], policy)
     packed = _traced(
-        tiny_loaded, lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, fused, policy, Backend.TORCH)
+        tiny_loaded,
+        lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, fused, policy, Backend.TORCH, PINNED_ATTENTION),
     )
     alone: Counter = Counter()
     for seq in sequences:
