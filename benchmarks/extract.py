@@ -130,10 +130,11 @@ def naive(model: torch.nn.Module, sequences: list[list[int]], layers: list[int])
 
 MIXES = {"short": (128, 2048), "long": (256, 8192)}
 # kernel name fragments -> where a pack's GPU time goes (the first that matches; the rest is elementwise and copies)
+# (attention first: FlashAttention's kernel names carry cutlass types, which the GEMMs' fragments match)
 KERNEL_KINDS = (
+    ("attention", ("flash_fwd", "fmha", "attention", "softmax")),
     ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas")),
     ("gated delta rule (fla)", ("chunk", "solve_tril", "recompute_w_u", "l2norm", "cumsum", "fwd_kernel")),
-    ("attention", ("flash", "fmha", "attention", "softmax")),
     ("causal conv", ("conv1d", "causal_conv")),
     ("fused elementwise (ours)", ("rms_tail", "square", "silu_mul", "gated_tail", "inv_rms")),
 )

@@ -10,7 +10,7 @@ then an audit of stored entries of each target (re-extracted alone in a pack, bi
 and max |diff| of the FP8 target's features against the bfloat16 target's for the same sequences. The fingerprint of
 each says which GEMM ran (`fp8_gemm`).
 
-    python benchmarks/fp8_target.py --out benchmarks/results/fp8-target-h200.json
+    python benchmarks/fp8_target.py --out benchmarks/results/fp8-vs-bf16-h200.json
 """
 
 from __future__ import annotations

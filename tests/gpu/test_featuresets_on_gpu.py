@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from schemas.api import ExtractRequest
+from schemas.backend import PINNED_ATTENTION
 from schemas.featureset import FeatureSet
 from schemas.fp8 import quantise
+from schemas.lean_forward import attention_pinned
 from schemas.torch_tensors import to_torch
 from service.main import build_services
 from service.model.devmodel import build_devmodel
@@ -51,7 +53,7 @@ def test_top_k_on_the_gpu_equals_the_full_vocabulary_log_softmax(services) -> No
     (result,) = services.writer.extract(ExtractRequest(samples=SAMPLES[1:2], featureset=featureset)).results
     stored = services.reader.read(result.manifest).tensors
     model = services.models.extractor().loaded.model
-    with torch.inference_mode():
+    with torch.inference_mode(), attention_pinned(PINNED_ATTENTION):  # the computation the entry names
         logits = model(input_ids=torch.tensor([SAMPLES[1]["token_ids"]], device="cuda"), use_cache=False).logits[0]
     reference = torch.log_softmax(logits.float(), dim=-1).cpu()
     ids = to_torch(stored["topk_ids"]).long()
