@@ -136,7 +136,7 @@ def main() -> None:
         served = {}
         for name, featureset in sets.items():
             (manifest,) = services.versions.find(
-                EntryFilter(prompt_hash=prompt_hash, featureset=featureset.id), limit=2
+                EntryFilter(prompt_hash=prompt_hash, featureset_id=featureset.id), limit=2
             )
             served[name] = reader.read(manifest).tensors
             sizes[name]["raw"] += sum(t.nbytes for t in served[name].values())
@@ -178,7 +178,7 @@ def main() -> None:
     featureset = sets[f"top{args.top_k}"]
     extract([ids], featureset)
     prompt_hash = parse_sample({"token_ids": ids}).prompt_hash
-    (manifest,) = services.versions.find(EntryFilter(prompt_hash=prompt_hash, featureset=featureset.id), limit=2)
+    (manifest,) = services.versions.find(EntryFilter(prompt_hash=prompt_hash, featureset_id=featureset.id), limit=2)
     stored = reader.read(manifest).tensors
     with torch.inference_mode():
         logits = loaded.model(input_ids=torch.tensor([ids], device=loaded.device), use_cache=False).logits[0].float()

@@ -248,7 +248,7 @@ class FeatureClient(ServiceCalls):
             keys=[snapshot_key(k) for k in keys] if keys is not None else None,
             model_revision=model_revision,
             backend=backend,
-            featureset=featureset.id if isinstance(featureset, FeatureSet) else featureset,
+            featureset_id=featureset.id if isinstance(featureset, FeatureSet) else featureset,
             since=since,
         )
         body = request.model_dump(mode="json", exclude_none=True)

@@ -70,7 +70,7 @@ class ServiceCalls:
             prompt_hash=prompt_hash,
             model_revision=model_revision,
             backend=backend,
-            featureset=featureset.id if isinstance(featureset, FeatureSet) else featureset,
+            featureset_id=featureset.id if isinstance(featureset, FeatureSet) else featureset,
             content_hash=content_hash,
             since=since,
         )

@@ -10,9 +10,11 @@ from schemas.backend import BackendChoice, StoredBackend, check_backend
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import (
     CONTENT_HASH,
-    FEATURESET_ID,
     MODEL_REVISION,
+    WIRE_FEATURESET,
+    WIRE_NAMED,
     FeatureKey,
+    MaybeFeaturesetId,
     check_content_hash,
     check_model_revision,
 )
@@ -263,13 +265,14 @@ class DatasetRequest(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        **WIRE_NAMED,
         json_schema_extra={  # keys, or filters: not both
             "anyOf": [
                 {"not": {"required": ["keys"]}},
                 {"properties": {"keys": {"type": "null"}}},
                 {
                     "properties": {
-                        name: {"type": "null"} for name in ("model_revision", "backend", "featureset", "since")
+                        name: {"type": "null"} for name in ("model_revision", "backend", WIRE_FEATURESET, "since")
                     }
                 },
             ]
@@ -280,7 +283,7 @@ class DatasetRequest(BaseModel):
     keys: list[LayersKey] | None = Field(default=None, min_length=1, max_length=200_000)
     model_revision: str | None = Field(default=None, json_schema_extra={"pattern": MODEL_REVISION.pattern})
     backend: StoredBackend | None = None
-    featureset: str | None = Field(default=None, json_schema_extra={"pattern": FEATURESET_ID.pattern})
+    featureset_id: MaybeFeaturesetId = None
     since: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.keys import FeatureKey
+from schemas.keys import WIRE_NAMED, FeatureKey, FeaturesetId
 
 MAGIC, VERSION = b"HSDS", 1
 _PREFIX = struct.Struct("<4sBI")
@@ -34,11 +34,11 @@ class DatasetError(ValueError):
 
 
 class Triple(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", **WIRE_NAMED)  # the index file names it as the wire does
 
     model_revision: str
     backend: str
-    featureset: str
+    featureset_id: FeaturesetId
 
 
 class DatasetHeader(BaseModel):
@@ -73,7 +73,7 @@ class DatasetIndex:
             prompt_hash=record["prompt_hash"].tobytes().hex(),
             model_revision=triple.model_revision,
             backend=triple.backend,
-            featureset=triple.featureset,
+            featureset_id=triple.featureset_id,
             content_hash="sha256:" + record["content_hash"].tobytes().hex(),
         )
 
@@ -92,9 +92,9 @@ def encode(name: str, created_at: str, keys: list[tuple[FeatureKey, int]]) -> by
     triples: dict[Triple, int] = {}
     records = np.empty(len(keys), dtype=RECORD)
     for row, (key, tokens) in enumerate(keys):
-        if key.content_hash is None or key.model_revision is None or key.backend is None or key.featureset is None:
+        if key.content_hash is None or key.model_revision is None or key.backend is None or key.featureset_id is None:
             raise DatasetError(f"entry {row}: a dataset names whole versions (every key part and the content hash)")
-        triple = Triple(model_revision=key.model_revision, backend=key.backend, featureset=key.featureset)
+        triple = Triple(model_revision=key.model_revision, backend=key.backend, featureset_id=key.featureset_id)
         records[row]["prompt_hash"] = np.frombuffer(bytes.fromhex(key.prompt_hash), np.uint8)
         records[row]["content_hash"] = np.frombuffer(bytes.fromhex(key.content_hash.removeprefix("sha256:")), np.uint8)
         records[row]["tokens"] = tokens

@@ -6,7 +6,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict, Unpack
+from typing import Annotated, Any, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -19,6 +19,19 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")
 FEATURESET_ID = re.compile(r"^[0-9a-f]{16}$")
 CONTENT_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
 MODEL_REVISION = re.compile(r"^(?:[0-9a-f]{40}|sha256:[0-9a-f]{64})$")
+# A featureset id is `featureset` on the wire (query strings, batch items, dataset files) and `featureset_id` in
+# code: a model holding one takes the field type and the config below
+WIRE_FEATURESET = "featureset"
+_WIRE_NAMES = {"featureset_id": WIRE_FEATURESET}
+_WIRE_ID = Field(
+    validation_alias=WIRE_FEATURESET,
+    serialization_alias=WIRE_FEATURESET,
+    description="featureset id (16 hex)",
+    json_schema_extra={"pattern": FEATURESET_ID.pattern},
+)
+FeaturesetId = Annotated[str, _WIRE_ID]
+MaybeFeaturesetId = Annotated[str | None, _WIRE_ID]  # the field's own annotation: pydantic reads none inside a union
+WIRE_NAMED = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
 
 
 def is_prompt_hash(value: str) -> bool:
@@ -140,14 +153,12 @@ class FeatureKey(BaseModel):
     `top_k`) and the layers the read asks for, which any stored featureset holding them serves (a union of several
     recipes' layers, extracted once, serves each recipe)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, **WIRE_NAMED)
 
     prompt_hash: str = Field(json_schema_extra={"pattern": HEX64.pattern})
     model_revision: str | None = Field(default=None, json_schema_extra={"pattern": MODEL_REVISION.pattern})
     backend: StoredBackend | None = None
-    featureset: str | None = Field(
-        default=None, description="featureset id (16 hex)", json_schema_extra={"pattern": FEATURESET_ID.pattern}
-    )
+    featureset_id: MaybeFeaturesetId = None
     content_hash: str | None = Field(
         default=None, description="pin one version", json_schema_extra={"pattern": CONTENT_HASH.pattern}
     )
@@ -159,7 +170,7 @@ class FeatureKey(BaseModel):
 
     _prompt_hash = field_validator("prompt_hash")(lambda value: check_prompt_hash(value))
     _model_revision = field_validator("model_revision")(lambda value: check_model_revision(value))
-    _featureset = field_validator("featureset")(lambda value: check_featureset_id(value))
+    _featureset_id = field_validator("featureset_id")(lambda value: check_featureset_id(value))
     _content_hash = field_validator("content_hash")(lambda value: check_content_hash(value))
     _backend = field_validator("backend")(lambda value: check_backend(value))
 
@@ -175,7 +186,7 @@ class FeatureKey(BaseModel):
         prompt_hash, featureset = named.get("prompt_hash"), named.get("featureset")
         if (prompt is None) == (prompt_hash is None):
             raise KeyNamingError("name exactly one of prompt or prompt_hash")
-        parts: dict[str, object] = {"featureset": featureset}
+        parts: dict[str, object] = {"featureset_id": featureset}
         if isinstance(featureset, FeatureSet):
             parts = {"dtype": featureset.dtype, "target_ids": featureset.target_ids or None, "top_k": featureset.top_k}
         try:
@@ -195,15 +206,19 @@ class FeatureKey(BaseModel):
         return self.dtype is not None or self.target_ids is not None or self.top_k is not None
 
     def params(self) -> dict[str, str]:
-        """The query-string form of everything but the prompt hash."""
-        return {name: _query_value(value) for name in _NARROWING if (value := getattr(self, name)) is not None}
+        """The query-string form of everything but the prompt hash (under the wire's names)."""
+        return {
+            _WIRE_NAMES.get(name, name): _query_value(value)
+            for name in _NARROWING
+            if (value := getattr(self, name)) is not None
+        }
 
     def narrowing(self) -> str:
         """The parts given besides the prompt hash, for messages."""
         return ", ".join(f"{k}={v}" for k, v in self.params().items()) or "no other key part"
 
 
-_NARROWING = ("model_revision", "backend", "featureset", "content_hash", "dtype", "target_ids", "top_k")
+_NARROWING = ("model_revision", "backend", "featureset_id", "content_hash", "dtype", "target_ids", "top_k")
 
 
 def _query_value(value: object) -> str:
@@ -218,19 +233,20 @@ class EntryFilter:
     prompt_hash: str | None = None
     model_revision: str | None = None
     backend: str | None = None
-    featureset: str | None = None
+    featureset_id: str | None = None
     content_hash: str | None = None
     since: str | None = None
 
     @classmethod
     def of_key(cls, key: FeatureKey) -> EntryFilter:
-        return cls(key.prompt_hash, key.model_revision, key.backend, key.featureset, key.content_hash)
+        return cls(key.prompt_hash, key.model_revision, key.backend, key.featureset_id, key.content_hash)
 
     def params(self) -> dict[str, str]:
-        return {name: value for name in _FILTERS if (value := getattr(self, name)) is not None}
+        """The query-string form (under the wire's names)."""
+        return {_WIRE_NAMES.get(name, name): value for name in _FILTERS if (value := getattr(self, name)) is not None}
 
 
-_FILTERS = ("prompt_hash", "model_revision", "backend", "featureset", "content_hash", "since")
+_FILTERS = ("prompt_hash", "model_revision", "backend", "featureset_id", "content_hash", "since")
 
 
 class EntryFilters(KeyParts, total=False):

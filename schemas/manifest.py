@@ -117,6 +117,6 @@ class Manifest(BaseModel):
             prompt_hash=self.prompt_hash,
             model_revision=self.model_revision,
             backend=self.backend,
-            featureset=self.featureset_id,
+            featureset_id=self.featureset_id,
             content_hash=self.content_hash,
         )

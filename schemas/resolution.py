@@ -43,7 +43,7 @@ def _admits(key: FeatureKey, stored: FeatureSet, layers: list[LayerId] | None) -
 def _wanted(key: FeatureKey, layers: list[LayerId] | None) -> FeatureSet | None:
     """The featureset the key names by its parts with the layers read; None unless it names a dtype and the read
     names layers (and the key no featureset id)."""
-    if key.dtype is None or not layers or key.featureset is not None:
+    if key.dtype is None or not layers or key.featureset_id is not None:
         return None
     return FeatureSet(layers=list(layers), dtype=key.dtype, target_ids=bool(key.target_ids), top_k=key.top_k)
 
@@ -55,7 +55,7 @@ def serving(found: list[Manifest], key: FeatureKey, layers: list[LayerId] | None
     if key.backend is None:
         chosen = measured_first({m.backend for m in found})
         rules.append(lambda m: m.backend in chosen)
-    if key.featureset is None and not key.by_parts and layers:
+    if key.featureset_id is None and not key.by_parts and layers:
         rules.append(lambda m: set(layers) <= set(m.featureset.layers))
         rules.append(lambda m: set(layers) == set(m.featureset.layers))  # and among those, exactly those layers
     for rule in rules:

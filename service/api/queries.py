@@ -72,7 +72,7 @@ def key_query(
             prompt_hash=prompt_hash,
             model_revision=model_revision,
             backend=backend,
-            featureset=featureset,
+            featureset_id=featureset,
             content_hash=content_hash,
             dtype=dtype,
             target_ids=target_ids,

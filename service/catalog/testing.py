@@ -68,7 +68,7 @@ class VersionCatalogTests:
                 versions.add(manifest(prompt=prompt, backend=backend, content=prompt))
         assert len(versions.find(EntryFilter(backend="fla"))) == 3
         assert len(versions.find(EntryFilter(prompt_hash="b" * 64))) == 2
-        assert len(versions.find(EntryFilter(featureset=FEATURESET.id))) == 6
+        assert len(versions.find(EntryFilter(featureset_id=FEATURESET.id))) == 6
         first = versions.find(EntryFilter(), limit=4)
         rest = versions.find(EntryFilter(), limit=4, after_seq=first[-1].seq or 0)
         assert len(first) == 4 and len(rest) == 2

@@ -18,7 +18,7 @@ _FILTER_COLUMNS = {
     "prompt_hash": "prompt_hash",
     "model_revision": "model_revision",
     "backend": "backend",
-    "featureset": "featureset_id",
+    "featureset_id": "featureset_id",
     "content_hash": "content_hash",
 }
 _PREFIXED = ("prompt_hash", "content_hash")

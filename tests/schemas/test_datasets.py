@@ -15,7 +15,7 @@ def keys(count: int, triples: int = 2) -> list[tuple[FeatureKey, int]]:
                 prompt_hash=f"{i:064x}",
                 model_revision="sha256:" + f"{i % triples:064x}",
                 backend="fla" if i % 2 else "torch",
-                featureset=f"{i % triples:016x}",
+                featureset_id=f"{i % triples:016x}",
                 content_hash="sha256:" + f"{i + 7:064x}",
             ),
             100 + i,

@@ -64,7 +64,7 @@ def list_entries(
         content_hash=checked(keys.check_content_hash_prefix, content_hash),
         model_revision=checked(keys.check_model_revision, model_revision),
         backend=check_backend(backend),
-        featureset=check_featureset(featureset),
+        featureset_id=check_featureset(featureset),
         since=_since(since),
     )
     return reader.entries(where, limit, cursor)

@@ -66,13 +66,15 @@ class Datasets:
 
     def _chosen(self, request: DatasetRequest) -> list[Manifest]:
         if request.keys is not None:
-            if any(v is not None for v in (request.model_revision, request.backend, request.featureset, request.since)):
+            if any(
+                v is not None for v in (request.model_revision, request.backend, request.featureset_id, request.since)
+            ):
                 raise InvalidRequest("give keys or listing filters, not both")
             return [self.resolve(item.key, item.layers) for item in request.keys]
         where = EntryFilter(
             model_revision=request.model_revision,
             backend=request.backend,
-            featureset=request.featureset,
+            featureset_id=request.featureset_id,
             since=request.since,
         )
         found, after = [], 0

@@ -90,7 +90,7 @@ class Auditor:
         spec = configured(self.models).spec
         if key.model_revision not in (None, spec.revision):
             raise RevisionUnavailable(f"this service runs model_revision {spec.revision}; it cannot extract another")
-        known = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash, featureset=key.featureset), limit=1)
+        known = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash, featureset_id=key.featureset_id), limit=1)
         if not known:
             raise EntryNotFound(
                 f"no entry for prompt_hash {key.prompt_hash}: its sample is unknown, so nothing to extract"

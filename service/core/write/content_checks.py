@@ -138,7 +138,7 @@ class ContentChecks:
         space = (key.model_revision, key.featureset_id)  # every backend's: they differ in bits, not in scale
         if (whole := self._bands.get(space)) is not None:
             return whole
-        where = EntryFilter(model_revision=key.model_revision, featureset=key.featureset_id)
+        where = EntryFilter(model_revision=key.model_revision, featureset_id=key.featureset_id)
         band = [m.layer_stats for m in self.versions.find(where, limit=self.band_entries)]
         if len(band) == self.band_entries:
             self._bands[space] = band

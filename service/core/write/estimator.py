@@ -115,7 +115,7 @@ class Estimator:
     def _ratio(self, featureset: FeatureSet) -> tuple[float, str]:
         """Raw over stored bytes of up to 64 stored entries of the featureset; the codec table's figure without."""
         raw = stored = counted = 0
-        for manifest in self.versions.find(EntryFilter(featureset=featureset.id), limit=_SAMPLED_ENTRIES):
+        for manifest in self.versions.find(EntryFilter(featureset_id=featureset.id), limit=_SAMPLED_ENTRIES):
             try:
                 stored += self.store.stored_bytes(manifest.content_hash)
             except (KeyError, OSError):
