@@ -117,18 +117,20 @@ class Services:
         self.database.close()
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """The one lifecycle of a service process and a worker alike: SGLang's GPU recovered from a process that died
-        holding it, the job loop started; on the way out the loop stopped, the model unloaded, everything closed."""
+    def running(self, jobs: bool = True) -> Iterator[None]:
+        """The one lifecycle of a service process, a worker and a Ray Data stage's actor alike: SGLang's GPU recovered
+        from a process that died holding it, the job loop started (`jobs`: not for an actor, which extracts its
+        batches only); on the way out the loop stopped, the model unloaded, everything closed."""
+        runner = self.runner if jobs else None
         if self.models is not None:
             self.models.recover()
-        if self.runner is not None:
-            self.runner.start()
+        if runner is not None:
+            runner.start()
         try:
             yield
         finally:
-            if self.runner is not None:
-                self.runner.stop()
+            if runner is not None:
+                runner.stop()
             if self.models is not None:
                 self.models.unload()
             self.close()

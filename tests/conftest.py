@@ -27,10 +27,16 @@ from service.model.devmodel import build_devmodel
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.revision_cache import cached_model_revision
 from service.settings import Settings
+from tests.support.s3_server import Bucket
 from tests.support.slow_writes import PAUSE_ENV
 
-# the Postgres and S3-API servers' fixtures, for every test module
-pytest_plugins = ["tests.support.postgres_server", "tests.support.s3_server", "tests.support.workers"]
+# the Postgres and S3-API servers', the workers' and the Ray cluster's fixtures, for every test module
+pytest_plugins = [
+    "tests.support.postgres_server",
+    "tests.support.s3_server",
+    "tests.support.workers",
+    "tests.support.ray_cluster",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,6 +109,18 @@ class LiveServer:
 @pytest.fixture
 def live_url(app: FastAPI) -> Iterator[str]:
     with LiveServer(app) as url:
+        yield url
+
+
+@pytest.fixture
+def s3_url(
+    bucket: Bucket, tiny_model_dir: Path, tiny_loaded: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[str]:
+    """A live service with the tiny model whose blobs are in an S3 bucket (moto's server), chunks of 16 tokens."""
+    settings = bucket.service_settings(
+        monkeypatch, data_dir=tmp_path / "local", model_dir=tiny_model_dir, device="cpu", chunk_tokens=16
+    )
+    with LiveServer(create_app(settings, tiny_loaded)) as url:
         yield url
 
 

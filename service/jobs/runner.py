@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from schemas.api import ExtractRequest, ExtractResult
+from schemas.api import ExtractResult
 from schemas.featureset import FeatureSet
 from schemas.manifest import Manifest
 from schemas.states import CompletionSource, Existing, ExtractStatus, ItemState, JobState
@@ -22,15 +22,9 @@ from schemas.timestamps import utc_now
 from service.catalog.job_records import JobItem, JobRecord
 from service.catalog.protocol import JobStore
 from service.core.gpu_time.windows import Windows
+from service.core.write.each_sample import extract_each
 from service.core.write.prepare import RequestPreparer
 from service.core.write.writer import FeatureWriter
-from service.errors import (
-    BackendUnavailable,
-    ImplausibleFeatures,
-    InvalidRequest,
-    NonFiniteFeatures,
-    TooLarge,
-)
 from service.extraction.extractor import Extractor
 from service.host.sglang import SGLangClient
 from service.jobs.completions import CompletionPrefetcher
@@ -39,7 +33,6 @@ from service.model.manager import ModelManager
 
 log = logging.getLogger("hsstore.jobs")
 # Errors that belong to one sample: the sample fails, the job goes on. Anything else is the host's trouble.
-SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, ImplausibleFeatures, BackendUnavailable)
 MAX_HOST_FAILURES = 3
 
 
@@ -232,34 +225,16 @@ class JobRunner:
     def _extract(
         self, items: list[JobItem], featureset: FeatureSet, backend: str
     ) -> list[tuple[JobItem, ExtractResult | str]]:
-        """Each item's result, or the message of the error that refused its sample."""
-
-        def run(batch: list[JobItem]) -> list[ExtractResult]:
-            completions = {
-                position: (
-                    item.completion_ids,
-                    CompletionSource(item.completion_source or CompletionSource.GREEDY_SGLANG),
-                )
-                for position, item in enumerate(batch)
-                if item.completion_ids is not None
-            }
-            # a warm job warms reads: what a stored featureset holding the job's serves is already there
-            request = ExtractRequest(
-                samples=[i.sample for i in batch], featureset=featureset, backend=backend, existing=Existing.HOLDING
-            )
-            return self.writer.extract(request, run_now=True, completions=completions).results
-
-        try:
-            return list(zip(items, run(items), strict=True))
-        except SAMPLE_ERRORS:
-            pass  # one sample spoiled the batch: find it by running them one by one
-        outcomes: list[tuple[JobItem, ExtractResult | str]] = []
-        for item in items:
-            try:
-                outcomes.append((item, run([item])[0]))
-            except SAMPLE_ERRORS as exc:
-                outcomes.append((item, exc.message))
-        return outcomes
+        """Each item's result, or the message of the error that refused its sample; a warm job warms reads, so what
+        a stored featureset holding the job's serves is already there."""
+        completions = {
+            position: (item.completion_ids, CompletionSource(item.completion_source or CompletionSource.GREEDY_SGLANG))
+            for position, item in enumerate(items)
+            if item.completion_ids is not None
+        }
+        samples = [item.sample for item in items]
+        outcomes = extract_each(self.writer, samples, featureset, backend, Existing.HOLDING, completions)
+        return list(zip(items, outcomes, strict=True))
 
     def _host_failure(self, job: JobRecord, exc: Exception) -> None:
         """The model or the hand-over failed, not a sample: give the GPU back, retry later, give up after a few."""

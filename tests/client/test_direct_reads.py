@@ -4,7 +4,6 @@ a changed byte in the bucket refused, and a clear error where the blobs are on t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import obstore
@@ -12,22 +11,9 @@ import pytest
 
 from client import DirectReadsUnavailableError, FeatureClient, IntegrityError
 from schemas.manifest import Manifest
-from service.main import create_app
-from tests.conftest import LiveServer
 from tests.support.s3_server import Bucket
 
 LAYERS = ["embed", 1, 2, 3]
-
-
-@pytest.fixture
-def s3_url(
-    bucket: Bucket, tiny_model_dir: Path, tiny_loaded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[str]:
-    settings = bucket.service_settings(
-        monkeypatch, data_dir=tmp_path / "local", model_dir=tiny_model_dir, device="cpu", chunk_tokens=16
-    )
-    with LiveServer(create_app(settings, tiny_loaded)) as url:
-        yield url
 
 
 @pytest.fixture

@@ -1,0 +1,128 @@
+"""Features as a Ray Data source: `read_features(url, dataset)` is a Ray Dataset of a dataset snapshot's (or a
+listing's) entries, one row an entry, each read and verified as `FeatureClient` reads it (with `direct_reads`, its
+chunks straight from the bucket, each checked against the digest recorded when it was written; a damaged byte fails
+the read, never a row). The keys are resolved once, on the driver; the reads run in Ray's tasks, a pool of actors
+each holding one client, so Ray Train shards the rows over its workers as it shards any dataset.
+
+A row holds the entry's tensors as numpy arrays (`hidden_states` [T, L, H] as its bits: bfloat16 as int16, float8 as
+uint8, `hidden_dtype` says which), `input_ids`, what the featureset adds, and `prompt_hash` and `content_hash`.
+`pad_features` collates a batch of rows as the torch feed does (`pad_collate`):
+
+    import ray
+    from client.training.ray_source import pad_features, read_features
+    ds = read_features("http://hsstore:8000", "my-train-set", direct_reads=True)
+    for batch in ds.iter_torch_batches(batch_size=8, collate_fn=pad_features):
+        batch["hidden_states"]   # [8, T, L, H] bfloat16, right-padded; attention_mask, input_ids, ...
+
+`ray` is an optional extra: `pip install 'hsstore[ray]'`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Unpack
+
+import numpy as np
+import torch
+
+from client.client import FeatureClient
+from client.training.collate import Sample, pad_collate
+from client.training.torch_data import to_sample
+from schemas.keys import EntryFilters, FeatureKey
+from schemas.manifest import HIDDEN_STATES
+
+if TYPE_CHECKING:
+    import ray.data
+
+_STRINGS = ("prompt_hash", "content_hash")
+_LOSS_MASK = "loss_mask"
+_BITS = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8}  # dtypes numpy lacks, carried as their bits
+_DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8_e4m3fn"}
+_NAMED_DTYPES = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
+
+
+class _ReadEntries:
+    """One reading actor: a client of its own (an httpx client does not cross processes)."""
+
+    def __init__(self, url: str, token: str | None, direct_reads: bool) -> None:
+        self.client = FeatureClient(url, token, direct_reads=direct_reads)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        keys = [FeatureKey.model_validate_json(text) for text in batch["key"]]
+        rows = [_row(to_sample(features, dequantise=False)) for features in self.client.get_many(keys)]
+        if any(_LOSS_MASK in row for row in rows):  # an entry without one trains on every token (`pad_collate`)
+            for row in rows:
+                row.setdefault(_LOSS_MASK, np.ones(len(row["input_ids"]), dtype=np.uint8))
+        names = dict.fromkeys(name for row in rows for name in row)
+        if any(len(row) != len(names) for row in rows):
+            raise ValueError("a batch mixes featuresets (some entries lack targets or top-k): read one featureset")
+        return {name: _column([row[name] for row in rows]) for name in names}
+
+
+def _row(sample: Sample) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for name, value in sample.items():
+        if isinstance(value, torch.Tensor):
+            if name == HIDDEN_STATES:
+                row["hidden_dtype"] = _DTYPE_NAMES[value.dtype]
+            row[name] = value.view(_BITS.get(value.dtype, value.dtype)).numpy()
+        else:
+            row[name] = value
+    return row
+
+
+def _column(values: list[Any]) -> np.ndarray:
+    if isinstance(values[0], np.ndarray):
+        column = np.empty(len(values), dtype=object)  # ragged along tokens: Ray keeps them as variable-shaped tensors
+        column[:] = values
+        return column
+    return np.array(values)
+
+
+def read_features(
+    url: str,
+    dataset: str | None = None,
+    *,
+    token: str | None = None,
+    direct_reads: bool = True,
+    actors: int = 1,
+    batch_size: int = 16,
+    **listing: Unpack[EntryFilters],
+) -> ray.data.Dataset:
+    """The entries of `dataset` (a snapshot's id or name: exactly the versions it names), or else of the listing
+    `listing` filters as `FeatureClient.entries` takes them, read by `actors` actors `batch_size` entries a call."""
+    import ray.data
+
+    with FeatureClient(url, token) as client:
+        if dataset is not None:
+            if listing:
+                raise ValueError("name a dataset or listing filters, not both")
+            index = client.dataset(dataset)
+            keys = [index.key(position) for position in range(len(index))]
+        else:
+            keys = [manifest.feature_key() for manifest in client.entries(**listing)]
+    if not keys:
+        raise ValueError(f"no entries in {'dataset ' + dataset if dataset else 'the listing'}: nothing to read")
+    items = [{"key": key.model_dump_json(exclude_none=True)} for key in keys]
+    return ray.data.from_items(items).map_batches(
+        _ReadEntries,
+        fn_constructor_args=(url, token, direct_reads),
+        batch_size=batch_size,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=actors),
+    )
+
+
+def pad_features(batch: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A batch of `read_features` rows collated as the torch feed collates samples (`pad_collate`): the collate_fn
+    for `iter_torch_batches`."""
+    samples: list[Sample] = []
+    for position in range(len(batch["content_hash"])):
+        sample: Sample = {name: str(batch[name][position]) for name in _STRINGS}
+        hidden_dtype = _NAMED_DTYPES[str(batch["hidden_dtype"][position])]
+        for name, column in batch.items():
+            if name in _STRINGS or name == "hidden_dtype":
+                continue
+            tensor = torch.from_numpy(np.ascontiguousarray(column[position]))
+            sample[name] = tensor.view(hidden_dtype) if name == HIDDEN_STATES else tensor
+        samples.append(sample)
+    return pad_collate(samples)

@@ -1,0 +1,74 @@
+"""Features as a Ray Data source on a local Ray cluster (127.0.0.1): a dataset snapshot read into a Ray Dataset by
+direct reads from moto's S3 server, each row the entry the client reads, batches from `iter_torch_batches` what the
+torch feed collates, and a changed byte in the bucket refused."""
+
+from __future__ import annotations
+
+import traceback
+
+import obstore
+import pytest
+import ray
+import torch
+
+from client import FeatureClient
+from client.training.collate import pad_collate
+from client.training.ray_source import pad_features, read_features
+from client.training.torch_data import to_sample
+from schemas.manifest import Manifest
+from tests.support.s3_server import Bucket
+
+pytestmark = pytest.mark.usefixtures("local_ray")
+LAYERS = ["embed", 1, 3]
+
+
+@pytest.fixture
+def snapshot(s3_url: str) -> list[Manifest]:
+    samples = [{"text": f"def ray_source_{i}(x): return x - {i}\n" * (2 + 2 * i)} for i in range(5)]
+    with FeatureClient(s3_url) as client:
+        written = [r.manifest for r in client.extract(samples, featureset=LAYERS).results]
+        client.create_dataset("ray-train", [m.feature_key() for m in written])
+    return written
+
+
+def test_a_snapshot_read_as_a_ray_dataset_is_what_the_client_reads(s3_url: str, snapshot: list[Manifest]) -> None:
+    rows = read_features(s3_url, "ray-train", direct_reads=True, batch_size=2).take_all()
+    assert [row["content_hash"] for row in rows] == [m.content_hash for m in snapshot]  # the snapshot's order
+    with FeatureClient(s3_url) as client:
+        samples = [to_sample(features) for features in client.get_many([m.feature_key() for m in snapshot])]
+    for row, sample in zip(rows, samples, strict=True):
+        assert row["hidden_dtype"] == "bfloat16"
+        hidden = torch.from_numpy(row["hidden_states"]).view(torch.bfloat16)
+        assert torch.equal(hidden, sample["hidden_states"])
+        assert torch.equal(torch.from_numpy(row["input_ids"]), sample["input_ids"])
+
+    batches = list(
+        read_features(s3_url, "ray-train", batch_size=2).iter_torch_batches(batch_size=5, collate_fn=pad_features)
+    )
+    (batch,) = batches
+    expected = pad_collate(samples)
+    assert set(batch) == set(expected)
+    for name, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(batch[name], value), name
+        else:
+            assert batch[name] == value, name
+
+
+def test_a_listing_reads_too_and_a_changed_byte_in_the_bucket_is_refused(
+    s3_url: str, snapshot: list[Manifest], bucket: Bucket
+) -> None:
+    listed = read_features(s3_url, featureset=snapshot[0].featureset_id, direct_reads=True).take_all()
+    assert sorted(row["content_hash"] for row in listed) == sorted(m.content_hash for m in snapshot)
+
+    hexdigest = snapshot[3].content_hash.removeprefix("sha256:")
+    path = f"features/blobs/{hexdigest[:2]}/{hexdigest}/hidden_states/c/0/0/0"
+    store = bucket.obstore()
+    shard = bytearray(bytes(obstore.get(store, path).bytes()))
+    shard[len(shard) // 3] ^= 0x10
+    obstore.put(store, path, bytes(shard))
+    with pytest.raises(ray.exceptions.RayTaskError) as refused:
+        read_features(s3_url, "ray-train", direct_reads=True).take_all()
+    # the bytes' check refused them (its error crosses Ray's process boundary as text), not a Ray fault
+    told = "".join(traceback.format_exception(refused.value))
+    assert "IntegrityError: hidden_states: chunk" in told, told[-2000:]
