@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import typer
@@ -62,12 +63,19 @@ def _metavar(param: TyperArgument | TyperOption) -> str | None:
     return METAVARS.get(param.name or "") or BY_TYPE.get(param.bare_type())
 
 
+def _usage(argument: TyperArgument, _ctx: Any) -> list[str]:
+    name = argument.metavar or (argument.name or "value").upper()
+    return [(name if argument.required else f"[{name}]") + ("..." if argument.nargs != 1 else "")]
+
+
 def describe_values(command: Any, root: bool = True) -> None:
     """Every parameter of `command` and its subcommands gets the metavar the table gives it; every subcommand's help
     ends by naming the root's options."""
     for param in command.params:
         if isinstance(param, TyperArgument | TyperOption) and param.metavar is None:
             param.metavar = _metavar(param)
+        if isinstance(param, TyperArgument):  # usage as click writes it (`JSONL`, `[PATH]`), not typer's `{JSONL}`
+            param.get_usage_pieces = partial(_usage, param)  # type: ignore[method-assign]
     if not root and command.epilog is None:
         command.epilog = ROOT_HELP
     for sub in getattr(command, "commands", {}).values():

@@ -246,6 +246,9 @@ def test_help_names_what_each_option_takes_and_the_root_options() -> None:
     assert "--url URL, --token TOKEN, --debug" in " ".join(said.split())  # the root's, named in a subcommand's help
     assert "--debug  " in ok("--help") and "<bool>" not in ok("--help")
     assert "--minutes X" in ok("window", "open", "--help")
+    # arguments in usage lines as click writes them: `JSONL`, not typer's `{JSONL}`
+    assert " warm [OPTIONS] JSONL\n" in ok("warm", "--help").splitlines(keepends=True)[0]
+    assert " dataset create [OPTIONS] NAME\n" in ok("dataset", "create", "--help").splitlines(keepends=True)[0]
 
 
 def test_jobs_print_ids_that_paste_back(live_url: str, prompts: Path) -> None:
