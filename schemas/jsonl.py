@@ -35,7 +35,7 @@ def parse_jsonl(data: bytes | str, source: str) -> list[dict[str, Any]]:
             raise JsonlError(source, number, f"a sample is a JSON object, got {_kind(value)}")
         objects.append(value)
     if not objects:
-        raise JsonlError(source, None, "holds no samples (every line is blank)")
+        raise JsonlError(source, None, "holds no samples" + (" (every line is blank)" if data else ""))
     return objects
 
 

@@ -119,7 +119,7 @@ def parse_sample(raw: Any, index: int | None = None) -> ParsedSample:
     try:
         sample = Sample.model_validate(dict(raw))
     except ValidationError as exc:
-        reasons = describe_errors(exc.errors(include_url=False, include_input=False))
+        reasons = describe_errors(exc.errors(include_url=False, include_input=False), model=Sample)
         raise InvalidSampleError(reasons, index) from None
     return ParsedSample(sample, sample_identity(raw))
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Annotated, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, get_args
 
-from pydantic import BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 # pydantic error type -> our words (formatted with the error's context)
 _WORDS = {
@@ -43,13 +43,38 @@ def _words(err: Mapping[str, Any]) -> str:
     return str(err.get("msg", "invalid")).removeprefix("Value error, ")
 
 
-def describe_errors(errors: Iterable[Mapping[str, Any]], skip: tuple[str, ...] = ()) -> str:
+def _fields_at(model: type[BaseModel], path: Sequence[Any]) -> list[str] | None:
+    """The field names of the model at `path` inside `model` (through lists and optionals); None past a non-model."""
+    for part in path:
+        if isinstance(part, int):
+            continue  # an item of a list: the same model
+        field = model.model_fields.get(str(part))
+        inner = _model_in(field.annotation) if field is not None else None
+        if inner is None:
+            return None
+        model = inner
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((found for arg in get_args(annotation) if (found := _model_in(arg)) is not None), None)
+
+
+def describe_errors(
+    errors: Iterable[Mapping[str, Any]], skip: tuple[str, ...] = (), model: type[BaseModel] | None = None
+) -> str:
     """One `location: message` per error (from `ValidationError.errors()` or FastAPI's), joined by '; '; location
-    parts in `skip` (e.g. 'body') are left out."""
+    parts in `skip` (e.g. 'body') are left out. With `model` (what was validated), an unknown field's message names
+    the fields that are known there."""
     reasons = []
     for err in errors:
         where = ".".join(str(part) for part in err.get("loc", ()) if part not in skip)
         words = _words(err)
+        if model is not None and err.get("type") == "extra_forbidden":
+            known = _fields_at(model, tuple(err.get("loc", ()))[:-1])
+            words += f" (known: {', '.join(known)})" if known else ""
         parent, _, field = where.rpartition(".")
         if words.startswith(
             f"{field} "

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from hsstore.cli.errors import CliError
 from schemas.featureset import FeatureSet
 from schemas.jsonl import JsonlError, parse_jsonl
-from schemas.keys import check_content_hash_prefix, check_prompt_hash_prefix, is_prompt_hash
+from schemas.keys import check_content_hash_prefix, check_featureset_id, check_prompt_hash_prefix, is_prompt_hash
 from schemas.samples import InvalidSampleError, parse_sample
 from schemas.timestamps import stamp
 from schemas.validation import describe_errors
@@ -68,6 +68,27 @@ def featureset_option(
         raise CliError(f"--layers {layers}: {reasons}") from None
     except ValueError as exc:
         raise CliError(f"--layers {layers}: {exc}") from None
+
+
+def featureset_named(client: FeatureClient, featureset_id: str, layers: str | None) -> FeatureSet:
+    """`--featureset ID`: the model's default featureset, or one an entry of the store holds (an id is a hash: only
+    what was seen can be named by it)."""
+    if layers is not None:
+        raise CliError("give --featureset or --layers, not both")
+    try:
+        check_featureset_id(featureset_id)
+    except ValueError as exc:
+        raise CliError(f"--featureset: {exc}") from None
+    default = client.info().default_featureset
+    if default is not None and default.id == featureset_id:
+        return default
+    held = next(iter(client.entries_page(featureset=featureset_id, limit=1).entries), None)
+    if held is None:
+        raise CliError(
+            f"featureset {featureset_id} is neither the model's default nor held by any entry of this store",
+            "describe it by its parts instead: --layers (with --dtype, --target-ids, --top-k)",
+        )
+    return held.featureset
 
 
 def key_lines(path: Path) -> list[dict[str, Any]]:

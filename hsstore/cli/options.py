@@ -34,6 +34,10 @@ TargetIdsOption = Annotated[bool, typer.Option("--target-ids", help="also store 
 TopKOption = Annotated[
     int | None, typer.Option(help="also store the target's top-k next-token log-probabilities and their mass")
 ]
+FeaturesetIdOption = Annotated[
+    str | None,
+    typer.Option("--featureset", help="instead of --layers: a featureset's id (one the store holds, or the default)"),
+]
 
 
 def service_url(given: str) -> str:

@@ -14,6 +14,7 @@ import pytest
 from fastapi import FastAPI
 from typer.testing import CliRunner, Result
 
+from client import FeatureClient
 from hsstore.cli import app
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash
@@ -144,7 +145,14 @@ def test_jsonl_mistakes_are_named_by_file_and_line_and_nothing_is_sent(
     cases = {
         "not JSON": [good, '{"text": "a"'],
         "got an array": [good, "", "[1, 2]"],
-        "txt: unknown field": [good, json.dumps({"txt": "x"})],
+        "txt: unknown field (known: id, messages, chat_template_kwargs, text, token_ids, completion)": [
+            good,
+            json.dumps({"txt": "x"}),
+        ],
+        "completion.txt: unknown field (known: text, token_ids, greedy)": [
+            good,
+            json.dumps({"text": "x", "completion": {"txt": "y"}}),
+        ],
         "exactly one of messages, text, token_ids": [good, json.dumps({"id": "x"})],
         "JSON nested too deeply": [good, "[" * 100_000],
     }
@@ -154,9 +162,13 @@ def test_jsonl_mistakes_are_named_by_file_and_line_and_nothing_is_sent(
         assert f"{path}, line {len(lines)}" in line and words in line, line
     (line,) = failed(command, str(tmp_path / "absent.jsonl"), "--url", live_url)
     assert "cannot read" in line and "absent.jsonl" in line
-    empty = write_jsonl(tmp_path / "empty.jsonl", ["", "  "])
+    blank = write_jsonl(tmp_path / "blank.jsonl", ["", "  "])
+    (line,) = failed(command, str(blank), "--url", live_url)
+    assert line.endswith("holds no samples (every line is blank)"), line
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
     (line,) = failed(command, str(empty), "--url", live_url)
-    assert "holds no samples" in line
+    assert line.endswith(f"{empty}: holds no samples"), line
     assert listed("--url", live_url) == []
     assert json.loads(ok("jobs", "--url", live_url, "--json")) == []
 
@@ -349,3 +361,28 @@ def test_a_replica_without_a_model_says_so(server_process, tmp_path: Path) -> No
     log = server.output()
     assert "model: none: serves stored features and takes imports; extraction is refused" in log
     assert "auth: on (1 bearer tokens)" in log and "read-only replica" not in log
+
+
+def test_extract_and_warm_take_a_featureset_by_its_id_as_get_does(live_url: str, prompts: Path) -> None:
+    first = [
+        json.loads(line)
+        for line in ok("extract", str(prompts), "--url", live_url, "--layers", "3,1", "--json").splitlines()
+    ]
+    (featureset_id,) = {row["featureset"] for row in first}
+    again = ok("extract", str(prompts), "--url", live_url, "--featureset", featureset_id, "--json")
+    assert [(r["featureset"], r["status"]) for r in map(json.loads, again.splitlines())] == [
+        (featureset_id, "existing")
+    ] * 3
+    with FeatureClient(live_url) as client:
+        default = client.info().default_featureset_id
+    assert default is not None
+    by_default = [
+        json.loads(line)
+        for line in ok("extract", str(prompts), "--url", live_url, "--featureset", default, "--json").splitlines()
+    ]
+    assert {row["featureset"] for row in by_default} == {default}  # none stored yet: the default is known by its id
+    assert f"featureset {featureset_id}" in ok("warm", str(prompts), "--url", live_url, "--featureset", featureset_id)
+    unknown, hint = failed("extract", str(prompts), "--url", live_url, "--featureset", "0123456789abcdef")
+    assert "neither the model's default nor held" in unknown and "--layers" in hint
+    (both,) = failed("extract", str(prompts), "--url", live_url, "--featureset", featureset_id, "--layers", "1")
+    assert "not both" in both
