@@ -5,6 +5,8 @@ torch feed collates, and a changed byte in the bucket refused."""
 from __future__ import annotations
 
 import traceback
+from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 
 import obstore
 import pytest
@@ -41,6 +43,13 @@ def test_a_snapshot_read_as_a_ray_dataset_is_what_the_client_reads(s3_url: str, 
         hidden = torch.from_numpy(row["hidden_states"]).view(torch.bfloat16)
         assert torch.equal(hidden, sample["hidden_states"])
         assert torch.equal(torch.from_numpy(row["input_ids"]), sample["input_ids"])
+
+    # as Ray Train shards a dataset over its workers (`get_dataset_shard` is a streaming split): every entry once
+    # (its shards are read at once, one per worker, as a trainer's workers read them)
+    shards = read_features(s3_url, "ray-train", batch_size=2).streaming_split(2, equal=False)
+    with ThreadPoolExecutor(2) as workers:
+        split = workers.map(lambda shard: [row["content_hash"] for row in shard.iter_rows()], shards)
+        assert sorted(chain.from_iterable(split)) == sorted(m.content_hash for m in snapshot)
 
     batches = list(
         read_features(s3_url, "ray-train", batch_size=2).iter_torch_batches(batch_size=5, collate_fn=pad_features)
