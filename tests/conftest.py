@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -27,8 +27,10 @@ from service.model.devmodel import build_devmodel
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.revision_cache import cached_model_revision
 from service.settings import Settings
-from tests.support.s3_server import Bucket
 from tests.support.slow_writes import PAUSE_ENV
+
+if TYPE_CHECKING:  # imported at run time as a plugin below (an earlier import would keep pytest from rewriting it)
+    from tests.support.s3_server import Bucket
 
 # the Postgres and S3-API servers', the workers' and the Ray cluster's fixtures, for every test module
 pytest_plugins = [

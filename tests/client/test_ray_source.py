@@ -40,9 +40,9 @@ def test_a_snapshot_read_as_a_ray_dataset_is_what_the_client_reads(s3_url: str, 
         samples = [to_sample(features) for features in client.get_many([m.feature_key() for m in snapshot])]
     for row, sample in zip(rows, samples, strict=True):
         assert row["hidden_dtype"] == "bfloat16"
-        hidden = torch.from_numpy(row["hidden_states"]).view(torch.bfloat16)
+        hidden = torch.tensor(row["hidden_states"]).view(torch.bfloat16)  # Ray hands out read-only arrays: a copy
         assert torch.equal(hidden, sample["hidden_states"])
-        assert torch.equal(torch.from_numpy(row["input_ids"]), sample["input_ids"])
+        assert torch.equal(torch.tensor(row["input_ids"]), sample["input_ids"])
 
     # as Ray Train shards a dataset over its workers (`get_dataset_shard` is a streaming split): every entry once
     # (its shards are read at once, one per worker, as a trainer's workers read them)
