@@ -4,7 +4,9 @@ chunks straight from the bucket, each checked against the digest recorded when i
 the read, never a row). The keys are resolved once, on the driver; the reads run in Ray's tasks, a pool of actors
 each holding one client, so Ray Train shards the rows over its workers as it shards any dataset.
 
-A row holds the entry's tensors as numpy arrays (`hidden_states` [T, L, H] as its bits: bfloat16 as int16, float8 as
+Rows come in the order Ray's tasks finish them, as Ray Data does unless asked otherwise
+(`DataContext.get_current().execution_options.preserve_order = True` keeps a snapshot's order). A row holds the
+entry's tensors as numpy arrays (`hidden_states` [T, L, H] as its bits: bfloat16 as int16, float8 as
 uint8, `hidden_dtype` says which), `input_ids`, what the featureset adds, and `prompt_hash` and `content_hash`.
 `pad_features` collates a batch of rows as the torch feed does (`pad_collate`):
 
