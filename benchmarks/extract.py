@@ -13,7 +13,8 @@ per mix, in turn:
          `--pack-tokens` on CUDA, the fused elementwise forwards once proven bit-equal, side-stream copy to pinned
          memory, hashing + compression + zarr write + catalog in writer threads).
   lean   the packed lean forward alone (no hash or write): what the writing pipeline leaves of it, over the first
-         `--lean-tokens` of the mix.
+         `--lean-tokens` of the mix; side by side with the same forward whose layers all run eagerly (`lean_eager`:
+         no layer replayed from a CUDA graph), the order swapped between the mixes.
 
 `--target fp8` quantizes the target in place first (Qwen's `-FP8` layout: e4m3 weights in 128 x 128 blocks), so
 every side runs the FP8 target. The record says how full the packs were (`fill`: real tokens over pack rows), which
@@ -29,6 +30,7 @@ when it was stored) and compare reports fla vs torch and fla vs fla-noconv. Prin
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import shutil
@@ -50,6 +52,7 @@ from schemas.featureset import FeatureSet
 from schemas.keys import FeatureKey
 from schemas.lean_forward import attention_pinned
 from schemas.samples import parse_sample
+from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
 from service.main import build_services
 from service.model.synthetic import build_synthetic, to_fp8
@@ -138,6 +141,13 @@ KERNEL_KINDS = (
     ("causal conv", ("conv1d", "causal_conv")),
     ("fused elementwise (ours)", ("rms_tail", "square", "silu_mul", "gated_tail", "inv_rms")),
 )
+
+
+def released() -> None:
+    """Free the GPU memory of closed runs' extractors now (their layer graphs' templates and pools), not at some
+    later garbage collection: each run builds its own."""
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 def profile_pack(extractor, items: list, featureset: FeatureSet) -> dict:
@@ -252,12 +262,26 @@ def main() -> None:
             for when in ("between_forwards", "after_last")
         }
         run.close()
+        del run, run_extractor
+        released()
         return elapsed, peak_since(base), {"gpu_idle_share": utilization.idle_share, "write_wait_s": waits}
 
-    def lean(items: list) -> float:
+    record["cuda_graphs"] = extractor.fingerprint(Backend.FLA, pack=extractor.pack_policy).cuda_graphs
+    eager_layers = Extractor(loaded, settings.fused_elementwise, args.pack_tokens)  # no recorder: no layer replayed
+    eager_layers.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
+
+    def lean(items: list, by: Extractor = extractor) -> float:
+        """The forwards and their copies to host memory, each result waited for once the next forward is launched,
+        as the service's writer waits (so the host's work for one pack overlaps the GPU's for the one before)."""
         torch.cuda.synchronize()
         t = time.perf_counter()
-        for _, pending in extractor.extract_many(items, featureset, Backend.FLA):
+        waiting: list = []
+        for _, pending in by.extract_many(items, featureset, Backend.FLA):
+            for earlier in [p for p in waiting if p.forward < pending.forward]:
+                earlier.wait()
+                waiting.remove(earlier)
+            waiting.append(pending)
+        for pending in waiting:
             pending.wait()
         return time.perf_counter() - t
 
@@ -277,7 +301,11 @@ def main() -> None:
         # lean first, on a quiet host: the end-to-end run leaves tens of GB of writes behind it
         lean_items = items[: len(prefix(sequences, args.lean_tokens))]
         record[f"{mix}_lean_tokens"] = sum(len(encoded.prompt_ids) for encoded, _ in lean_items)
-        record[f"{mix}_lean_tok_s"] = record[f"{mix}_lean_tokens"] / lean(lean_items)
+        for name in ("lean", "lean_eager") if seed == 0 else ("lean_eager", "lean"):
+            by = extractor if name == "lean" else eager_layers
+            record[f"{mix}_{name}_tok_s"] = record[f"{mix}_lean_tokens"] / lean(lean_items, by)
+            print(f"{mix} {name}: {record[f'{mix}_{name}_tok_s']:.0f} tok/s", flush=True)
+        record[f"{mix}_lean_over_eager_layers"] = record[f"{mix}_lean_tok_s"] / record[f"{mix}_lean_eager_tok_s"]
         naive(loaded.model, sequences[:2], layers)
         naive_sequences = prefix(sequences, args.naive_tokens)
         record[f"{mix}_naive_tokens"] = sum(map(len, naive_sequences))
@@ -314,6 +342,8 @@ def main() -> None:
             f"audit {mix}: {audit.reproduced}/{audit.total} reproduced bit for bit (each alone in a pack)", flush=True
         )
         audited.close()
+        del audited
+        released()
         shutil.rmtree(store / mix, ignore_errors=True)
         record[f"{mix}_speedup"] = record[f"{mix}_e2e_tok_s"] / record[f"{mix}_naive_tok_s"]
         record[f"{mix}_peak_ratio"] = record[f"{mix}_e2e_peak_gb"] / record[f"{mix}_naive_peak_gb"]
@@ -379,7 +409,16 @@ def main() -> None:
     keys = [
         f"{m}_{k}"
         for m in MIXES
-        for k in ("e2e_tok_s", "naive_tok_s", "lean_tok_s", "e2e_over_lean", "speedup", "packs", "e2e_gpu_idle_share")
+        for k in (
+            "e2e_tok_s",
+            "naive_tok_s",
+            "lean_tok_s",
+            "lean_eager_tok_s",
+            "e2e_over_lean",
+            "speedup",
+            "packs",
+            "e2e_gpu_idle_share",
+        )
     ]
     print(json.dumps({k: record[k] for k in [*keys, "audit_total", "audit_reproduced", "policy"]}))
 

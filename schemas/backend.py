@@ -97,6 +97,9 @@ def backends_help(with_auto: bool = False) -> str:
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
+SINGLE_DEVICE = "single device"  # a fingerprint's device_map for a model not spread over devices
+
+
 class Fingerprint(BaseModel):
     """What ran, recorded with every manifest: a re-extraction whose fingerprint differs may differ in bits."""
 
@@ -117,7 +120,7 @@ class Fingerprint(BaseModel):
     cuda_graphs: bool = False
     elementwise: str = "eager"  # or the fused forwards that replaced the eager elementwise chains
     batching: str = ONE_PER_FORWARD
-    device_map: str = "single device"
+    device_map: str = SINGLE_DEVICE
     # A block-quantized FP8 target: its scheme, and how many linear layers ran each FP8 GEMM
     # (service/model/fp8_weights.py)
     quantization: str | None = None

@@ -39,6 +39,20 @@ def attention_pinned(kernel: AttentionKernel | None) -> contextlib.AbstractConte
     return sdpa_kernel([_SDPA_BACKENDS[kernel]]) if kernel is not None else contextlib.nullcontext()
 
 
+def last_needed_of(featureset: FeatureSet) -> LayerId:
+    """The last part of the stack the featureset needs: the forward stops after it."""
+    decoder_layers = [layer for layer in featureset.layers if isinstance(layer, int)]
+    if FINAL_NORM in featureset.layers or featureset.needs_logits:
+        return FINAL_NORM
+    return max(decoder_layers) if decoder_layers else EMBED
+
+
+def decoder_layers_run(featureset: FeatureSet, num_layers: int) -> int:
+    """How many decoder layers the lean forward runs for `featureset`."""
+    last = last_needed_of(featureset)
+    return num_layers if last == FINAL_NORM else (0 if last == EMBED else int(last) + 1)
+
+
 def capture(
     body: Any,
     input_ids: torch.Tensor,
@@ -53,7 +67,7 @@ def capture(
     layers = list(featureset.layers)
     decoder_layers = [layer for layer in layers if isinstance(layer, int)]
     need_norm = FINAL_NORM in layers or featureset.needs_logits
-    last_needed: LayerId = FINAL_NORM if need_norm else (max(decoder_layers) if decoder_layers else EMBED)
+    last_needed = last_needed_of(featureset)
     batch, tokens = input_ids.shape
     hidden_size = body.embed_tokens.embedding_dim
     out = torch.empty(

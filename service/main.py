@@ -39,6 +39,7 @@ from service.core.write.recorder import Recorder
 from service.core.write.writer import FeatureWriter
 from service.errors import ConfigError
 from service.extraction.extractor import Extractor
+from service.extraction.layer_graphs import graph_recorder
 from service.host.handover import HandoverLedger
 from service.host.sglang import SGLangClient
 from service.jobs.queue import JobQueue
@@ -74,7 +75,9 @@ def build_models(
         loaded = load_weights(spec, settings.attn_implementation, settings.device)
     return ModelManager(
         spec,
-        lambda model: Extractor(model, settings.fused_elementwise, settings.pack_tokens),
+        lambda model: Extractor(
+            model, settings.fused_elementwise, settings.pack_tokens, graph_recorder(model, settings.cuda_graphs)
+        ),
         build_handover(settings, on_sglang_mismatch),
         HandoverLedger(settings.data_dir / "handover.json"),
         attn_implementation=settings.attn_implementation,

@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         description="on CUDA, run the norms' and activations' elementwise chains as fused Triton kernels once they "
         "are proven bit-equal to eager on this device; false = always eager",
     )
+    cuda_graphs: bool = Field(
+        default=True,
+        description="on one CUDA device, replay each own-rows pack's decoder layers from CUDA graphs, recorded once "
+        "per kind of layer and pack (the kernels and arguments of the eager layers, so their bits); false = every "
+        "layer eagerly",
+    )
     verify_reads: Literal["chunks", "content_hash"] = Field(
         default="chunks",
         description="chunks: every chunk read is checked against its crc32c; content_hash: full reads are also "

@@ -20,9 +20,10 @@ from schemas import fp8
 from schemas.backend import PINNED_ATTENTION, RULE, SPECS, AttentionKernel, Backend, Fingerprint
 from schemas.batching import ONE_PER_FORWARD, PackPolicy
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture, chunked_heads
+from schemas.lean_forward import capture, chunked_heads, decoder_layers_run
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 from service.extraction.bit_checks import BitChecks, TokenSequence
+from service.extraction.layer_graphs import LayerGraphs, LayerRecorder
 from service.extraction.own_rows import PackRows, own_rows
 from service.extraction.packing import Pack, pack_inputs, per_sequence, plan_packs
 from service.extraction.results import Extraction, Labels, PendingExtraction
@@ -50,10 +51,15 @@ class Extractor:
         loaded: LoadedModel,
         fuse: bool = True,
         pack_tokens: int = 0,
+        recorder: LayerRecorder | None = None,
     ) -> None:
+        """`recorder`: what records an own-rows pack's decoder layers for replay (CUDA graphs; None: every layer
+        runs eagerly)."""
         self.loaded = loaded
         self.pack_tokens = pack_tokens
         self.fuse = fuse
+        self.recorder = recorder
+        self.graphs: LayerGraphs | None = None  # made at the first pack: its templates hold a layer of each kind
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self._copy_stream = torch.cuda.Stream(loaded.device) if loaded.device.type == "cuda" else None
         self.checks = BitChecks(loaded, self._forward, fuse)  # which faster ways of running keep the bits, here
@@ -86,11 +92,25 @@ class Extractor:
             attention_kernel=attention if implementation == "sdpa" else None,  # only sdpa's kernels are pinned
             kernels=self.loaded.kernels.plan(backend),
             batching=pack.describe() if pack is not None else ONE_PER_FORWARD,
+            cuda_graphs=self._replays(pack),
             elementwise=FUSED if fused else EAGER,
             device_map=self.loaded.device_map,
             quantization=quantization.describe() if (quantization := self.loaded.quantization) else None,
             fp8_gemm=gemm_counts(self.loaded.model) if quantization else None,
         )
+
+    def _replays(self, pack: PackPolicy | None) -> bool:
+        """Whether `pack`'s forwards replay recorded layers: the same kernels on the same arguments as eager, so the
+        same bits (layer_graphs.py), named in the fingerprint all the same, as everything that ran is."""
+        broken = self.graphs is not None and self.graphs.broken
+        return pack is not None and pack.own_rows and self.recorder is not None and not broken
+
+    def _layer_graphs(self) -> LayerGraphs | None:
+        if self.recorder is None:
+            return None
+        if self.graphs is None:
+            self.graphs = LayerGraphs(self.loaded.body.layers, self.recorder)
+        return self.graphs
 
     def extract(
         self,
@@ -198,10 +218,14 @@ class Extractor:
         ids = inputs.pop("input_ids")
         rows = PackRows([(s.start, s.start + s.length) for s in pack.segments], pack.shape) if policy.own_rows else None
         rule_over_pack = not policy.own_rows and RULE in SPECS[backend].fast  # an earlier release's fla packs
+        graphs = self._layer_graphs() if rows is not None else None
+        templates = graphs.templates if graphs is not None else []  # run as the layers they stand in for
+        last = decoder_layers_run(featureset, len(self.loaded.body.layers)) - 1
         with (
-            fused.applied(rows) if fused is not None else contextlib.nullcontext(),
-            own_rows(self.loaded.body, rows, fused) if rows is not None else contextlib.nullcontext(),
+            fused.applied(rows, templates) if fused is not None else contextlib.nullcontext(),
+            own_rows([self.loaded.body, *templates], rows, fused) if rows is not None else contextlib.nullcontext(),
             per_sequence(self.loaded.kernels.module, pack, policy, rule_over_pack),
+            graphs.routed(last) if graphs is not None else contextlib.nullcontext(),
         ):
             return (*capture(self.loaded.body, ids, featureset, attention, **inputs), ids)
 

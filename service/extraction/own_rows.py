@@ -20,13 +20,13 @@ allocation of the caching allocator does: kernels that choose by alignment choos
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from service.model.fp8_weights import Fp8Linear
+from service.model.fp8_weights import Fp8Linear, padded_rows, quantize_activations
 from service.model.fused import FusedForwards
 
 Spans = list[tuple[int, int]]  # each sequence's [start, end) token rows in the pack
@@ -113,6 +113,40 @@ def _linear(module: nn.Linear, rows: PackRows) -> Callable[[torch.Tensor], torch
     return forward
 
 
+class _QuantizedInputs:
+    """Each sequence's FP8 activations of the packed input quantized last: a layer's projections of one input (q, k
+    and v; gate and up; in_proj_qkv and in_proj_z) quantize it once. Quantization is per token and 128 columns, so
+    a sequence's values and scales are the same whichever projection asked first. Held by identity (and kept alive,
+    so its id is never another tensor's) until another input is quantized."""
+
+    def __init__(self, rows: PackRows) -> None:
+        self.rows = rows
+        self._input: torch.Tensor | None = None
+        self._parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def of(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        if x is not self._input:
+            self._input = x
+            self._parts = [quantize_activations(x[0, start:end]) for start, end in self.rows.spans]
+        return self._parts
+
+
+def _fp8_linear(module: Fp8Linear, rows: PackRows, inputs: _QuantizedInputs) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The block-scaled GEMM once per sequence, straight into its rows of the packed output (its padding rows, up to
+    3, land in the filler before the next aligned start); the activations quantized once per input."""
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        fits = all(start + padded_rows(end - start) <= rows.tokens for start, end in rows.spans)
+        if module.gemm != "scaled-mm-blockwise" or x.dim() != 3 or x.shape[:2] != (1, rows.tokens) or not fits:
+            return rows.each(module.forward, x)
+        out = x.new_empty((rows.tokens, module.out_features))
+        for (start, _), (quantized, scales) in zip(rows.spans, inputs.of(x), strict=True):
+            module.scaled_mm(quantized, scales, x.dtype, out=out[start : start + quantized.shape[0]])
+        return out.view(1, rows.tokens, module.out_features)
+
+    return forward
+
+
 def _per_sequence(forward: Callable[..., Any], rows: PackRows) -> Callable[..., Any]:
     def run(*inputs: torch.Tensor) -> torch.Tensor:
         return rows.each(forward, *inputs)
@@ -125,23 +159,32 @@ def _is_norm(module: nn.Module) -> bool:
     return name.endswith(("RMSNorm", "RMSNormGated"))
 
 
-def own_rows_targets(body: nn.Module) -> list[nn.Module]:
-    """The modules of a decoder body (embeddings, layers, final norm) whose bits can depend on their row count."""
-    return [m for m in body.modules() if isinstance(m, (nn.Linear, Fp8Linear)) or _is_norm(m)]
+def own_rows_targets(roots: Sequence[nn.Module]) -> list[nn.Module]:
+    """The modules under `roots` (a decoder body: embeddings, layers, final norm; the layer graphs' templates) whose
+    bits can depend on their row count."""
+    return [m for root in roots for m in root.modules() if isinstance(m, (nn.Linear, Fp8Linear)) or _is_norm(m)]
+
+
+def _own_rows_forward(module: nn.Module, rows: PackRows, inputs: _QuantizedInputs) -> Callable[..., Any]:
+    if type(module) is nn.Linear:
+        return _linear(module, rows)
+    if isinstance(module, Fp8Linear):
+        return _fp8_linear(module, rows, inputs)
+    return _per_sequence(module.forward, rows)
 
 
 @contextlib.contextmanager
-def own_rows(body: nn.Module, rows: PackRows, fused: FusedForwards | None) -> Iterator[None]:
-    """While the block runs, each of `body`'s row-count-dependent modules runs once per sequence of the pack `rows`
-    describes: linear layers here, norms here too unless `fused` gives them forwards that take the pack's rows
+def own_rows(roots: Sequence[nn.Module], rows: PackRows, fused: FusedForwards | None) -> Iterator[None]:
+    """While the block runs, each of the row-count-dependent modules under `roots` runs once per sequence of the pack
+    `rows` describes: linear layers here, norms here too unless `fused` gives them forwards that take the pack's rows
     themselves (their square and tail pointwise over the pack, only the mean per sequence)."""
-    targets = [m for m in own_rows_targets(body) if fused is None or not fused.replaces(m)]
+    targets = [m for m in own_rows_targets(roots) if fused is None or not fused.replaces(m)]
     saved = [(module, module.__dict__.get("forward")) for module in targets]
+    inputs = _QuantizedInputs(rows)
     try:
         for module in targets:
             # an instance attribute shadows the class's forward for this module alone, until it is removed below
-            ours = _linear(module, rows) if type(module) is nn.Linear else _per_sequence(module.forward, rows)
-            module.forward = ours
+            module.forward = _own_rows_forward(module, rows, inputs)
         yield
     finally:
         for module, before in saved:

@@ -84,10 +84,11 @@ def pack_inputs(pack: Pack, ids: list[list[int]], device: torch.device, pin: boo
 @contextlib.contextmanager
 def per_sequence(module: ModuleType, pack: Pack, policy: PackPolicy, rule_over_pack: bool) -> Iterator[None]:
     """While the block runs, the modeling module's token-mixing calls run once per sequence of `pack` (through
-    whatever is bound there now: the kernel recorder of the backend that runs), each on its rows laid out as alone,
-    and leave the filler at zero. `rule_over_pack` (an earlier release's packs with fla's rule bound): the rule runs
-    once per layer over the whole pack with fla's `cu_seqlens`, each sequence (and each stretch of filler) a sequence
-    of its own, and slices go on as they lie."""
+    whatever is bound there now: the kernel recorder of the backend that runs), each on its rows laid out as alone;
+    the filler rows of their outputs are left unwritten, as the linear layers' are (only row-wise ops read them).
+    `rule_over_pack` (an earlier release's packs with fla's rule bound): the rule runs once per layer over the whole
+    pack with fla's `cu_seqlens`, each sequence (and each stretch of filler) a sequence of its own, and slices go on
+    as they lie."""
     spans = [(s.start, s.start + s.length) for s in pack.segments]
 
     def part(x: torch.Tensor, axis: int, start: int, end: int) -> torch.Tensor:
@@ -111,7 +112,7 @@ Part = Callable[[torch.Tensor, int, int, int], torch.Tensor]  # (packed, token a
 
 def _conv(inner: Callable[..., torch.Tensor], spans: Spans, part: Part) -> Callable[..., torch.Tensor]:
     def conv(x: torch.Tensor, weight: torch.Tensor, bias: Any = None, activation: Any = None, **_: Any) -> Any:
-        out = torch.zeros_like(x)  # [B, C, T], the input's strides (channel-last, as the layer makes it)
+        out = torch.empty_like(x)  # [B, C, T], the input's strides (channel-last, as the layer makes it)
         for start, end in spans:
             out[:, :, start:end] = inner(part(x, 2, start, end), weight, bias, activation=activation)
         return out
@@ -135,7 +136,7 @@ def _rule(inner: Callable[..., Any], spans: Spans, part: Part) -> Callable[..., 
                 **kw,
             )
             if out is None:
-                out = core.new_zeros((*value.shape[:2], *core.shape[2:]))
+                out = core.new_empty((*value.shape[:2], *core.shape[2:]))
             out[:, start:end] = core
         return out, None
 
@@ -176,7 +177,7 @@ class _Attention:
             module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, _mask: Any, **kw: Any
         ) -> Any:
             batch, heads, tokens, _ = query.shape
-            out = query.new_zeros((batch, tokens, heads, value.shape[-1]))
+            out = query.new_empty((batch, tokens, heads, value.shape[-1]))
             for start, end in spans:
                 mask = _causal(end - start, query) if masked else None
                 found, _ = inner(

@@ -104,13 +104,18 @@ def dequantize_weight(
 class Fp8Linear(nn.Module):
     """A bias-free linear layer held as e4m3 + block scales, run by the GEMM `gemm` names for where it lies."""
 
+    mm_scale: torch.Tensor
+
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, block: tuple[int, int]) -> None:
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.block = block
         self.weight = nn.Parameter(weight, requires_grad=False)
         self.weight_scale_inv = nn.Parameter(scale, requires_grad=False)
-        self._mm_scale: torch.Tensor | None = None  # the scales as cuBLAS wants them, made once
+        # the scales as cuBLAS wants them (K blocks padded to a multiple of 4): a buffer, so that whatever copies a
+        # layer's tensors (service/extraction/layer_graphs.py) copies these with the rest
+        blocks_k = scale.shape[1]
+        self.register_buffer("mm_scale", F.pad(scale, (0, -blocks_k % 4)).contiguous(), persistent=False)
 
     @property
     def gemm(self) -> Gemm:
@@ -129,26 +134,52 @@ class Fp8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gemm == "dequantised-linear":
             return F.linear(x, dequantize_weight(self.weight, self.weight_scale_inv, self.block, x.dtype))
-        return self._scaled_mm(x)
-
-    def _scaled_mm(self, x: torch.Tensor) -> torch.Tensor:
         lead, k = x.shape[:-1], x.shape[-1]
         rows = x.reshape(-1, k)
-        m = rows.shape[0]
-        quantized, scales = _row_quantizer()(rows if rows.stride(-1) == 1 else rows.contiguous(), m + -m % 4)
-        if self._mm_scale is None:
-            blocks_k = self.weight_scale_inv.shape[1]
-            self._mm_scale = F.pad(self.weight_scale_inv, (0, -blocks_k % 4)).contiguous()  # K blocks: a multiple of 4
-        out = F.scaled_mm(
+        out = self.scaled_mm(*quantize_activations(rows), x.dtype)
+        return out[: rows.shape[0]].view(*lead, self.out_features)
+
+    def scaled_mm(
+        self, quantized: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The block-scaled GEMM of activations `quantize_activations` made: [padded, N], into `out` when given
+        (the out form runs the same kernel; a pack's rows take each sequence's product straight)."""
+        if out is None:
+            return F.scaled_mm(
+                quantized,
+                self.weight.t(),
+                scales,
+                F.ScalingType.BlockWise1x128,
+                self.mm_scale.t(),
+                F.ScalingType.BlockWise128x128,
+                output_dtype=dtype,
+            )
+        # what F.scaled_mm calls, in its out form
+        return torch._scaled_mm_v2(
             quantized,
             self.weight.t(),
-            scales,
-            F.ScalingType.BlockWise1x128,
-            self._mm_scale.t(),
-            F.ScalingType.BlockWise128x128,
-            output_dtype=x.dtype,
+            [scales],
+            [F.ScalingType.BlockWise1x128.value],
+            [],
+            [self.mm_scale.t()],
+            [F.ScalingType.BlockWise128x128.value],
+            [],
+            None,
+            dtype,
+            [],
+            False,
+            out=out,
         )
-        return out[:m].view(*lead, self.out_features)
+
+
+def padded_rows(m: int) -> int:
+    """The rows the block-scaled GEMM runs for `m` tokens: cuBLAS wants a multiple of 4."""
+    return m + -m % 4
+
+
+def quantize_activations(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rows` [M, K] as `Fp8Linear.scaled_mm` takes them: per token and 128 columns, padded to `padded_rows(M)`."""
+    return _row_quantizer()(rows if rows.stride(-1) == 1 else rows.contiguous(), padded_rows(rows.shape[0]))
 
 
 def quantize_rows(rows: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:

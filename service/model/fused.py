@@ -17,7 +17,7 @@ import contextlib
 import logging
 import sys
 import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -76,8 +76,10 @@ def _weight_version(weight: torch.Tensor) -> tuple[int, int] | None:
         return None
 
 
-# Each RMSNorm's `1 + w` in float32 with the weight version it was made from, by module id (FusedForwards owns it)
-Scales = dict[int, tuple[tuple[int, int] | None, torch.Tensor]]
+# Each RMSNorm's `1 + w` in float32 with the weight version it was made from, by module id (FusedForwards owns it);
+# None for modules whose weights are copied in before each use (service/extraction/layer_graphs.py's templates)
+ScaleCache = dict[int, tuple[tuple[int, int] | None, torch.Tensor]]
+Scales = ScaleCache | None
 
 
 def _rms_norm(kernels: Any, rows: Rows, scales: Scales) -> Callable[[Any, torch.Tensor], torch.Tensor]:
@@ -88,9 +90,11 @@ def _rms_norm(kernels: Any, rows: Rows, scales: Scales) -> Callable[[Any, torch.
         # The eager module, step for step: x.float().pow(2).mean(-1) + eps, rsqrt; then (x * r) * (1 + w).
         # `1 + w` is the same torch op on the same weight at every call: computed once, it saves two launches.
         version = _weight_version(module.weight)
-        found = scales.get(id(module))
+        found = scales.get(id(module)) if scales is not None else None
         if version is None or found is None or found[0] != version:
-            scales[id(module)] = found = (version, 1.0 + module.weight.float())
+            found = (version, 1.0 + module.weight.float())
+            if scales is not None:
+                scales[id(module)] = found
         # The square and the tail are pointwise; the mean, a reduction, runs at each sequence's own rows in a pack
         return kernels.rms_tail(x, rows.mean(kernels.square(x)), module.eps, found[1])
 
@@ -129,7 +133,7 @@ class FusedForwards:
             if isinstance(cls, type):
                 self._factories[cls] = factory
         self._kernels = kernels
-        self._scales: Scales = {}
+        self._scales: ScaleCache = {}
         self._modules = [module for module in model.modules() if type(module) in self._factories]
 
     @classmethod
@@ -155,18 +159,21 @@ class FusedForwards:
         return type(module) in self._factories
 
     @contextlib.contextmanager
-    def applied(self, rows: Rows | None = None) -> Iterator[None]:
+    def applied(self, rows: Rows | None = None, copied_into: Sequence[Any] = ()) -> Iterator[None]:
         """The fused forwards while the block runs; `rows`: a pack's sequences, at whose own rows every reduction
-        (and every eager fallback) runs."""
-        forwards = {
-            id(cls): factory(self._kernels, rows or Whole(), self._scales) for cls, factory in self._factories.items()
-        }
+        (and every eager fallback) runs; `copied_into`: modules outside the model (templates) whose weights are
+        copied in before each use, so nothing made from their weights is kept between calls."""
+        rows = rows or Whole()
+        kept = {id(cls): factory(self._kernels, rows, self._scales) for cls, factory in self._factories.items()}
+        fresh = {id(cls): factory(self._kernels, rows, None) for cls, factory in self._factories.items()}
+        others = [m for root in copied_into for m in root.modules() if type(m) in self._factories]
+        patched = [*((m, kept) for m in self._modules), *((m, fresh) for m in others)]
         try:
-            for module in self._modules:
+            for module, forwards in patched:
                 module.forward = types.MethodType(forwards[id(type(module))], module)
             yield
         finally:
-            for module in self._modules:
+            for module, _ in patched:
                 module.__dict__.pop("forward", None)
 
 

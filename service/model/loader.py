@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from schemas.api import ModelInfo
-from schemas.backend import Backend
+from schemas.backend import SINGLE_DEVICE, Backend
 from schemas.samples import ParsedSample
 from service.errors import ModelUnavailable
 from service.model.encode import EncodedPrompt, encode
@@ -80,7 +80,7 @@ class LoadedModel:
     revision: str
     device: torch.device  # where inputs go: the first device of a spread model
     kernels: KernelSet
-    device_map: str = "single device"  # as fingerprints record it (service/model/placement.py)
+    device_map: str = SINGLE_DEVICE  # as fingerprints record it (service/model/placement.py)
     quantization: Fp8Scheme | None = None
 
     @property
@@ -171,7 +171,7 @@ def load_weights(spec: ModelSpec, attn_implementation: str = "sdpa", devices: st
         load_fp8_linears(model, Path(spec.path), spec.quantization)
     model.eval()
     model.requires_grad_(False)
-    device_map = spread_layers(model, spread) if spread is not None else "single device"
+    device_map = spread_layers(model, spread) if spread is not None else SINGLE_DEVICE
     kernels = KernelSet.for_model(model)
     return LoadedModel(
         spec.path, model, spec.tokenizer, spec.revision, spec.device, kernels, device_map, spec.quantization

@@ -35,9 +35,12 @@ from tests.conftest import REPO
 from tests.gpu.marks import needs_gpu_with
 
 pytestmark = needs_gpu_with("fla", "causal_conv1d")
-LAYERS = 8  # full attention at 3 and 7 (every fourth)
+# full attention at 3, 7 and 11 (every fourth): in a pack, the first layer of each kind runs eagerly, the second is
+# recorded as a CUDA graph and the rest are replayed (service/extraction/layer_graphs.py), so both kinds' replays
+# are held here
+LAYERS = 12
 LENGTHS = [64, 129, 200, 333, 700, 900, 1500, 1777, 2048, 3001, 4097, 16384]
-FEATURES = FeatureSet(layers=["embed", 0, 1, 3, 5, 7, "final_norm"], target_ids=True, top_k=4)
+FEATURES = FeatureSet(layers=["embed", 0, 1, 3, 5, 7, 10, 11, "final_norm"], target_ids=True, top_k=4)
 PACK = 16384
 
 
@@ -52,11 +55,11 @@ def _plain(
     loaded: LoadedModel, ids: list[int], backend: Backend, attention: AttentionKernel | None = PINNED_ATTENTION
 ) -> torch.Tensor:
     """The model's own forward of the sequence alone, as transformers runs it with `backend`'s kernels bound and full
-    attention on `attention`'s kernel: the featureset's layers [T, L, H] (layer 7's raw output, which HF's tuple
-    replaces by the final norm's, from a hook)."""
+    attention on `attention`'s kernel: the featureset's layers [T, L, H] (the last layer's raw output, which HF's
+    tuple replaces by the final norm's, from a hook)."""
     model = loaded.model
     seen: list[torch.Tensor] = []
-    hook = model.model.layers[7].register_forward_hook(
+    hook = model.model.layers[LAYERS - 1].register_forward_hook(
         lambda _m, _a, out: seen.append(out[0] if isinstance(out, tuple) else out)
     )
     try:
@@ -64,15 +67,17 @@ def _plain(
             out = model(input_ids=torch.tensor([ids], device="cuda"), output_hidden_states=True, use_cache=False)
     finally:
         hook.remove()
-    hf = out.hidden_states  # embed, layers 0..6, then the final norm's output
-    layers = [hf[0], hf[1], hf[2], hf[4], hf[6], seen[0], hf[8]]
+    hf = out.hidden_states  # embed, layers 0 .. LAYERS - 2, then the final norm's output
+    layers = [hf[0], hf[1], hf[2], hf[4], hf[6], hf[8], hf[11], seen[0], hf[LAYERS]]
     return torch.stack([h[0] for h in layers], dim=1)
 
 
 def _stored(services: Any, backend: Backend) -> list[dict[str, torch.Tensor]]:
     request = ExtractRequest(samples=[{"token_ids": ids} for ids in SEQUENCES], featureset=FEATURES, backend=backend)
     results = services.writer.extract(request).results
-    assert {r.manifest.fingerprint.batching for r in results} == {services.models.extractor().pack_policy.describe()}
+    extractor = services.models.extractor()
+    assert {r.manifest.fingerprint.batching for r in results} == {extractor.pack_policy.describe()}
+    assert all(r.manifest.fingerprint.cuda_graphs for r in results) and extractor.graphs.replays > 0
     return [{n: to_torch(t) for n, t in services.reader.read(r.manifest).tensors.items()} for r in results]
 
 

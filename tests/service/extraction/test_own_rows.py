@@ -24,6 +24,7 @@ from service.extraction.packing import plan_packs
 from service.model.fused import FusedForwards
 from service.model.loader import LoadedModel
 from tests.service.model.test_fused import CountingReferenceKernels
+from tests.support.rerun_recorder import RerunRecorder
 
 EVERY_LAYER = FeatureSet(layers=["embed", *range(8), "final_norm"])
 # Ops that move or make values without arithmetic whose result could depend on a shape (the embedding is a gather)
@@ -85,13 +86,19 @@ def _traced(loaded: LoadedModel, run: Any) -> Counter:
 
 
 @pytest.mark.parametrize("fuse", [False, True], ids=["eager", "fused forwards"])
-@pytest.mark.parametrize("own_rows", [True, False], ids=["own-rows packs", "an earlier release's packs"])
+@pytest.mark.parametrize(
+    ("own_rows", "replayed"),
+    [(True, False), (True, True), (False, False)],
+    ids=["own-rows packs", "own-rows packs, layers replayed", "an earlier release's packs"],
+)
 def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards(
-    tiny_loaded: LoadedModel, own_rows: bool, fuse: bool
+    tiny_loaded: LoadedModel, own_rows: bool, replayed: bool, fuse: bool
 ) -> None:
     """With the fused forwards too (their Triton kernels' arithmetic as torch ops, so the CPU runs them): their
-    square and tail run over the pack, their mean per sequence."""
-    extractor = Extractor(tiny_loaded, fuse=False)
+    square and tail run over the pack, their mean per sequence. Layers replayed from recordings of their kind's
+    template (layer_graphs.py; rerun here, so their ops are seen) run what the model's own layers run."""
+    recorder = RerunRecorder() if replayed else None
+    extractor = Extractor(tiny_loaded, fuse=False, recorder=recorder)
     fused = FusedForwards(tiny_loaded.model, CountingReferenceKernels()) if fuse else None
     policy = PackPolicy(tokens=256, align=16, own_rows=own_rows)
     sequences = _sequences([120, 70, 30, 9])
@@ -106,5 +113,6 @@ def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards
     assert alone and any(name == "mm" for name, *_ in alone)  # the linear layers are among what is compared
     if own_rows:
         assert packed == alone, {"only in the pack": packed - alone, "only alone": alone - packed}
+        assert extractor.graphs is None if recorder is None else extractor.graphs.replays > 0
     else:
         assert packed != alone  # what the earlier packs did: GEMMs and norms over all 256 rows
