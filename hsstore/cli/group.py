@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from functools import partial
 from typing import Any
 
@@ -99,6 +102,12 @@ class ErrorReportingGroup(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):  # usage errors and exits: click's own handling
             raise
+        except BrokenPipeError:
+            # whoever read the output stopped reading (`hsstore entries | head`): nothing failed and nothing more can
+            # be said; stdout goes nowhere, so the interpreter's last flush cannot fail again, and the status is a
+            # shell's for a writer whose reader left
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(128 + signal.SIGPIPE) from None
         except Exception as exc:
             if ctx.params.get("debug") or debug_requested():
                 raise

@@ -4,6 +4,7 @@ mistakes named by file and line, and no torch for commands that only talk to a s
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -318,6 +319,26 @@ def test_commands_that_need_no_model_do_not_import_torch(live_url: str, prompts:
             timeout=60,
         )
         assert done.stderr.strip().endswith("no torch 0"), (command, done.stderr)
+
+
+def test_a_reader_that_stops_reading_gets_no_error(live_url: str, prompts: Path) -> None:
+    """`hsstore entries | head -1`: the pipe's reader leaves before the listing is written (here before anything
+    is: its read end is closed first). No `error: Broken pipe`, the status a shell gives such a writer."""
+    ok("extract", str(prompts), "--url", live_url)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "hsstore.cli", "entries", "--url", live_url],
+            cwd=REPO,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == "", (done.returncode, done.stderr)
 
 
 def test_refusals_come_before_the_heavy_imports(tmp_path: Path) -> None:
