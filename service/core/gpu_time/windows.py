@@ -131,8 +131,6 @@ class Windows:
         return left is None or left > self.margin_s
 
     def open(self, minutes: float, now: datetime | None = None) -> WindowState:
-        if not self.enforced:  # the GPU is always ours: nothing to open, whatever the length asked for
-            return self.state(now)
         if minutes * 60 <= self.margin_s:
             raise ValueError(
                 f"a {minutes:g}-minute window is no longer than the {self.margin_s:g} s margin kept to "
