@@ -6,8 +6,9 @@ stored exactly once."""
 from __future__ import annotations
 
 import os
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +125,13 @@ def test_a_host_under_windows_extracts_only_once_one_opens(
     stage = extract_samples(
         ray.data.from_items(SAMPLES[:2]), num_gpus=0, batch_size=2, window_poll_s=0.5, runtime_env=env
     )
-    with ThreadPoolExecutor(1) as pool:
-        rows = pool.submit(stage.take_all)
-        time.sleep(10)  # the actor is up (a few seconds here) and waiting for a window
-        assert not rows.done() and _stored(bucket, postgres_url, tmp_path / "reader", monkeypatch) == []
-        operator = _replica(bucket, postgres_url, tmp_path / "operator", monkeypatch)
-        operator.windows.open(30)  # `hsstore window open --minutes 30`: in the catalog every host reads
-        operator.close()
-        assert {row["status"] for row in rows.result(timeout=120)} == {"extracted"}
+    rows: Future[list[dict[str, Any]]] = Future()
+    # a daemon thread, not an executor's: should no window ever reach the actor, the test fails after its timeout
+    # rather than waiting on the stage forever on the way out
+    threading.Thread(target=lambda: rows.set_result(stage.take_all()), daemon=True).start()
+    time.sleep(10)  # the actor is up (a few seconds here) and waiting for a window
+    assert not rows.done() and _stored(bucket, postgres_url, tmp_path / "reader", monkeypatch) == []
+    operator = _replica(bucket, postgres_url, tmp_path / "operator", monkeypatch)
+    operator.windows.open(30)  # `hsstore window open --minutes 30`: in the catalog every host reads
+    operator.close()
+    assert {row["status"] for row in rows.result(timeout=120)} == {"extracted"}
