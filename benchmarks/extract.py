@@ -156,7 +156,7 @@ def profile_pack(extractor, items: list, featureset: FeatureSet) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         t = time.perf_counter()
         for _, pending in extractor.extract_many(items, featureset, Backend.FLA):
             pending.wait()
@@ -172,6 +172,11 @@ def profile_pack(extractor, items: list, featureset: FeatureSet) -> dict:
         kinds[kind] = kinds.get(kind, 0.0) + event.self_device_time_total / 1000
         kernels.append((event.self_device_time_total / 1000, kind, event.key[:90], event.count))
     busy = sum(kinds.values())
+    ops = [  # which torch op launched the GPU time, by the shapes it ran on: where copies and casts come from
+        (event.self_device_time_total / 1000, event.key, str(event.input_shapes)[:160], event.count)
+        for event in prof.key_averages(group_by_input_shape=True)
+        if getattr(event, "device_type", None) == torch.autograd.DeviceType.CPU and event.self_device_time_total > 0
+    ]
     return {
         "tokens": sum(len(encoded.prompt_ids) for encoded, _ in items),
         "wall_ms": wall_ms,
@@ -181,6 +186,10 @@ def profile_pack(extractor, items: list, featureset: FeatureSet) -> dict:
         "top_kernels": [
             {"ms": ms, "kind": kind, "kernel": name, "calls": calls}
             for ms, kind, name, calls in sorted(kernels, reverse=True)[:20]
+        ],
+        "top_ops": [
+            {"ms": ms, "op": op, "shapes": shapes, "calls": calls}
+            for ms, op, shapes, calls in sorted(ops, reverse=True)[:30]
         ],
         "note": "kernel time summed over streams (the copy stream's overlaps the compute stream's); the profiler adds"
         " some host overhead per launch",

@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.extract import MIXES, lengths_totalling, random_ids
 from benchmarks.records import record_header
+from benchmarks.timing import gpu_ms_per_call
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
@@ -88,16 +89,6 @@ def measure(
     return {"figures": figures, "features": features}
 
 
-def _timed(run, repeats: int = 20) -> float:
-    run()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(repeats):
-        run()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t) / repeats * 1000
-
-
 def gemm_time(tokens: int, n: int, k: int) -> dict:
     """One linear layer shape (out, in) at one pack's tokens: ms of the bfloat16 GEMM, of the FP8 layer's forward
     (activation quantization + block-scaled GEMM), and of that GEMM alone."""
@@ -112,11 +103,11 @@ def gemm_time(tokens: int, n: int, k: int) -> dict:
     with torch.inference_mode():
         row = {
             "shape": [tokens, n, k],
-            "bf16_ms": _timed(lambda: linear(x, weight)),
-            "fp8_layer_ms": _timed(lambda: layer(x)),
-            "quantize_one_pass_ms": _timed(lambda: _row_quantizer()(x, tokens)),
-            "quantize_torch_chain_ms": _timed(lambda: quantize_rows(x, tokens)),
-            "fp8_gemm_alone_ms": _timed(lambda: layer.scaled_mm(quantized, scales, torch.bfloat16)),
+            "bf16_ms": gpu_ms_per_call(lambda: linear(x, weight)),
+            "fp8_layer_ms": gpu_ms_per_call(lambda: layer(x)),
+            "quantize_one_pass_ms": gpu_ms_per_call(lambda: _row_quantizer()(x, tokens)),
+            "quantize_torch_chain_ms": gpu_ms_per_call(lambda: quantize_rows(x, tokens)),
+            "fp8_gemm_alone_ms": gpu_ms_per_call(lambda: layer.scaled_mm(quantized, scales, torch.bfloat16)),
         }
     row["fp8_layer_over_bf16"] = row["bf16_ms"] / row["fp8_layer_ms"]
     return row

@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from schemas import fp8
-from schemas.backend import PINNED_ATTENTION, RULE, SPECS, AttentionKernel, Backend, Fingerprint
+from schemas.backend import PINNED_ATTENTION, SPECS, AttentionKernel, Backend, Fingerprint
 from schemas.batching import ONE_PER_FORWARD, PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.lean_forward import capture, chunked_heads, decoder_layers_run
@@ -217,14 +217,13 @@ class Extractor:
         inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self._copy_stream is not None)
         ids = inputs.pop("input_ids")
         rows = PackRows([(s.start, s.start + s.length) for s in pack.segments], pack.shape) if policy.own_rows else None
-        rule_over_pack = not policy.own_rows and RULE in SPECS[backend].fast  # an earlier release's fla packs
         graphs = self._layer_graphs() if rows is not None else None
         templates = graphs.templates if graphs is not None else []  # run as the layers they stand in for
         last = decoder_layers_run(featureset, len(self.loaded.body.layers)) - 1
         with (
             fused.applied(rows, templates) if fused is not None else contextlib.nullcontext(),
             own_rows([self.loaded.body, *templates], rows, fused) if rows is not None else contextlib.nullcontext(),
-            per_sequence(self.loaded.kernels.module, pack, policy, rule_over_pack),
+            per_sequence(self.loaded.kernels.module, pack, policy, SPECS[backend].fast),
             graphs.routed(last) if graphs is not None else contextlib.nullcontext(),
         ):
             return (*capture(self.loaded.body, ids, featureset, attention, **inputs), ids)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from schemas.backend import RULE as RULE_ROLE
 from schemas.batching import PackPolicy
 from service.extraction.own_rows import Spans, alone
 
@@ -82,13 +83,20 @@ def pack_inputs(pack: Pack, ids: list[list[int]], device: torch.device, pin: boo
 
 
 @contextlib.contextmanager
-def per_sequence(module: ModuleType, pack: Pack, policy: PackPolicy, rule_over_pack: bool) -> Iterator[None]:
-    """While the block runs, the modeling module's token-mixing calls run once per sequence of `pack` (through
-    whatever is bound there now: the kernel recorder of the backend that runs), each on its rows laid out as alone;
-    the filler rows of their outputs are left unwritten, as the linear layers' are (only row-wise ops read them).
-    `rule_over_pack` (an earlier release's packs with fla's rule bound): the rule runs once per layer over the whole
-    pack with fla's `cu_seqlens`, each sequence (and each stretch of filler) a sequence of its own, and slices go on
-    as they lie."""
+def per_sequence(module: ModuleType, pack: Pack, policy: PackPolicy, fast: frozenset[str]) -> Iterator[None]:
+    """While the block runs, the modeling module's token-mixing calls give each sequence of `pack` what it gets alone
+    (through whatever is bound there now: the kernel recorder of the backend that runs); the filler rows of their
+    outputs are left unwritten or hold filler's own results (only row-wise ops read them). `fast`: the roles the
+    backend binds to the fast packages' kernels (schemas/backend.py).
+
+    fla's rule runs once over the pack, every sequence (and every stretch of filler) a sequence of its own, through
+    its varlen form (`cu_seqlens`): each chunk is computed by the program and arithmetic of the sequence's own call
+    from its own rows alone; only which program runs it changes, so the bits are the plain call's (the GPU tests hold
+    them at the 27B width). One call per layer instead of one per sequence: a short-mix pack's rule took 22% less GPU
+    time on the H200, its launches one in ten. Torch's reference rule (no varlen form), the conv and attention run
+    once per sequence, on rows laid out as alone (causal-conv1d's `seq_idx` form gives the same bits but took more
+    GPU time than its calls per sequence). An earlier release's packs ran the rule so too, the rest on slices as
+    they lie."""
     spans = [(s.start, s.start + s.length) for s in pack.segments]
 
     def part(x: torch.Tensor, axis: int, start: int, end: int) -> torch.Tensor:
@@ -97,6 +105,7 @@ def per_sequence(module: ModuleType, pack: Pack, policy: PackPolicy, rule_over_p
 
     saved = {name: getattr(module, name) for name in (CONV, RULE, ATTENTION)}
     setattr(module, CONV, _conv(saved[CONV], spans, part))
+    rule_over_pack = RULE_ROLE in fast and (not policy.own_rows or not _fla_splits_sequences())
     rule = _varlen_rule(saved[RULE], spans, pack.shape) if rule_over_pack else _rule(saved[RULE], spans, part)
     setattr(module, RULE, rule)
     setattr(module, ATTENTION, _Attention(saved[ATTENTION], spans, part))
@@ -105,6 +114,16 @@ def per_sequence(module: ModuleType, pack: Pack, policy: PackPolicy, rule_over_p
     finally:
         for name, value in saved.items():
             setattr(module, name, value)
+
+
+def _fla_splits_sequences() -> bool:
+    """fla's intra-card context parallelism (off unless FLA_INTRACARD_CP is set) splits a long sequence of a varlen
+    call into pieces merged afterwards: other arithmetic than the sequence's plain call."""
+    try:
+        from fla.ops.common.backends.intracard import IntraCardCPBackend
+    except ImportError:  # an fla without it
+        return False
+    return IntraCardCPBackend().is_enabled()
 
 
 Part = Callable[[torch.Tensor, int, int, int], torch.Tensor]  # (packed, token axis, start, end) -> rows

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from schemas.api import ExtractRequest
-from schemas.backend import Backend
+from schemas.backend import SPECS, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.torch_tensors import to_torch
 from service.extraction import extractor as extractor_module
+from service.extraction import packing
 from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
 from service.main import build_services
@@ -124,3 +125,40 @@ def test_entries_of_an_earlier_releases_packs_still_audit_under_their_own_policy
     report = services.auditor.audit(4)
     assert (report.total, report.reproduced) == (4, 4)
     services.close()
+
+
+class _RuleCalls:
+    """A modeling module's token-mixing names, the rule a stand-in for fla's that records how it was called."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+        self.causal_conv1d_fn = None
+        self.ALL_ATTENTION_FUNCTIONS = None
+        self.torch_chunk_gated_delta_rule = self.rule
+
+    def rule(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kw: object) -> tuple:
+        self.calls.append({"rows": query.shape[1], **kw})
+        return torch.zeros_like(value), None
+
+
+@pytest.mark.parametrize("splits", [False, True], ids=["fla as it comes", "fla told to split long sequences"])
+def test_fla_s_rule_runs_once_over_an_own_rows_pack_unless_fla_would_split_its_sequences(
+    monkeypatch: pytest.MonkeyPatch, splits: bool
+) -> None:
+    """The varlen call gives each sequence its plain call's bits (tests/gpu holds them at the 27B width) only while
+    fla computes every sequence of it whole: with its intra-card splitting on, each sequence is called alone."""
+    monkeypatch.setattr(packing, "_fla_splits_sequences", lambda: splits)
+    (pack,) = plan_packs([100, 30], POLICY)
+    module = _RuleCalls()
+    q = torch.zeros(1, 256, 2, 4)
+    with packing.per_sequence(module, pack, POLICY, SPECS[Backend.FLA].fast):  # type: ignore[arg-type]
+        module.torch_chunk_gated_delta_rule(q, q, q, g=q[..., 0], beta=q[..., 0])
+    if splits:
+        assert [(c["rows"], "cu_seqlens" in c) for c in module.calls] == [(100, False), (30, False)]
+    else:
+        (call,) = module.calls
+        assert call["rows"] == 256 and call["cu_seqlens_cpu"].tolist() == [0, 100, 112, 142, 256]
+    with packing.per_sequence(module, pack, POLICY, SPECS[Backend.TORCH].fast):  # type: ignore[arg-type]
+        module.calls.clear()
+        module.torch_chunk_gated_delta_rule(q, q, q, g=q[..., 0], beta=q[..., 0])
+    assert [c["rows"] for c in module.calls] == [100, 30]  # torch's reference: no varlen form
