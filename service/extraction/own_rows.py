@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from service.model.fp8_weights import Fp8Linear, padded_rows, quantize_activations
+from service.model.fp8_weights import Fp8Linear, PackQuantization
 from service.model.fused import FusedForwards
 
 Spans = list[tuple[int, int]]  # each sequence's [start, end) token rows in the pack
@@ -115,19 +115,27 @@ def _linear(module: nn.Linear, rows: PackRows) -> Callable[[torch.Tensor], torch
 
 class _QuantizedInputs:
     """Each sequence's FP8 activations of the packed input quantized last: a layer's projections of one input (q, k
-    and v; gate and up; in_proj_qkv and in_proj_z) quantize it once. Quantization is per token and 128 columns, so
-    a sequence's values and scales are the same whichever projection asked first. Held by identity (and kept alive,
-    so its id is never another tensor's) until another input is quantized."""
+    and v; gate and up; in_proj_qkv and in_proj_z) quantize it once, for every sequence in one launch
+    (`PackQuantization`). Quantization is per token and 128 columns, so a sequence's values and scales are the same
+    whichever projection asked first and whatever shares the pack. Held by identity (and kept alive, so its id is
+    never another tensor's) until another input is quantized."""
 
     def __init__(self, rows: PackRows) -> None:
         self.rows = rows
+        self._layout: PackQuantization | None = None  # made at the first FP8 layer (a bfloat16 model has none)
         self._input: torch.Tensor | None = None
         self._parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def layout(self) -> PackQuantization:
+        if self._layout is None:
+            self._layout = PackQuantization(self.rows.spans, self.rows.tokens)
+        return self._layout
 
     def of(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         if x is not self._input:
             self._input = x
-            self._parts = [quantize_activations(x[0, start:end]) for start, end in self.rows.spans]
+            self._parts = self.layout.quantize(x[0])
         return self._parts
 
 
@@ -136,8 +144,9 @@ def _fp8_linear(module: Fp8Linear, rows: PackRows, inputs: _QuantizedInputs) -> 
     3, land in the filler before the next aligned start); the activations quantized once per input."""
 
     def forward(x: torch.Tensor) -> torch.Tensor:
-        fits = all(start + padded_rows(end - start) <= rows.tokens for start, end in rows.spans)
-        if module.gemm != "scaled-mm-blockwise" or x.dim() != 3 or x.shape[:2] != (1, rows.tokens) or not fits:
+        if module.gemm != "scaled-mm-blockwise" or x.dim() != 3 or x.shape[:2] != (1, rows.tokens):
+            return rows.each(module.forward, x)
+        if not inputs.layout.fits:  # a sequence's padding rows would be the next one's (starts aligned to < 4)
             return rows.each(module.forward, x)
         out = x.new_empty((rows.tokens, module.out_features))
         for (start, _), (quantized, scales) in zip(rows.spans, inputs.of(x), strict=True):

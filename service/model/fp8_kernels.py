@@ -18,17 +18,41 @@ SMALLEST_NORMAL = tl.constexpr(1.1754943508222875e-38)
 
 
 @triton.jit
-def _quantize_kernel(x_ptr, q_ptr, scale_ptr, m, rows, groups, x_stride, GROUPS: tl.constexpr, FP8_MAX: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+def _quantize_row(
+    x_ptr, q_ptr, scale_ptr, row, real, scale_stride, groups, x_stride, GROUPS: tl.constexpr, FP8_MAX: tl.constexpr
+):
+    """Row `row` of x (zeros with scale 1 where not `real`, a padding row) into row `row` of q, its scales
+    `scale_stride` apart from `scale_ptr`: one token, GROUPS groups of 128 columns from this program's first."""
     group = tl.program_id(1) * GROUPS + tl.arange(0, GROUPS)
     columns = group[:, None] * 128 + tl.arange(0, 128)[None, :]
     inside = (group < groups)[:, None]
-    x = tl.load(x_ptr + row * x_stride + columns, mask=inside & (row < m), other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * x_stride + columns, mask=inside & real, other=0.0).to(tl.float32)
     scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(x), axis=1), FP8_MAX), SMALLEST_NORMAL)
-    scale = tl.where(row < m, scale, 1.0)  # a padding row: zeros with scale 1
+    scale = tl.where(real, scale, 1.0)
     q = tl.math.div_rn(x, scale[:, None])
     tl.store(q_ptr + row * (groups * 128) + columns, q.to(tl.float8e4nv), mask=inside)
-    tl.store(scale_ptr + group * rows + row, scale, mask=group < groups)
+    tl.store(scale_ptr + group * scale_stride, scale, mask=group < groups)
+
+
+@triton.jit
+def _quantize_kernel(x_ptr, q_ptr, scale_ptr, m, rows, groups, x_stride, GROUPS: tl.constexpr, FP8_MAX: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    _quantize_row(x_ptr, q_ptr, scale_ptr + row, row, row < m, rows, groups, x_stride, GROUPS, FP8_MAX)
+
+
+@triton.jit
+def _quantize_pack_kernel(
+    x_ptr, q_ptr, scale_ptr, plan_ptr, groups, x_stride, GROUPS: tl.constexpr, FP8_MAX: tl.constexpr
+):
+    row = tl.program_id(0).to(tl.int64)
+    local = tl.load(plan_ptr + row * 4)  # the row within its sequence's padded rows; -1: no sequence's
+    if local < 0:
+        return
+    tokens = tl.load(plan_ptr + row * 4 + 1)
+    padded = tl.load(plan_ptr + row * 4 + 2).to(tl.int64)
+    block = tl.load(plan_ptr + row * 4 + 3).to(tl.int64) * groups  # where the sequence's scales begin
+    scales = scale_ptr + block + local
+    _quantize_row(x_ptr, q_ptr, scales, row, local < tokens, padded, groups, x_stride, GROUPS, FP8_MAX)
 
 
 def quantize_rows(rows: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,3 +67,19 @@ def quantize_rows(rows: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.
         rows, quantized, scales, m, padded, groups, rows.stride(0), GROUPS=GROUPS, FP8_MAX=448.0
     )
     return quantized, scales.t()
+
+
+def quantize_pack(rows: torch.Tensor, plan: torch.Tensor, scale_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`quantize_rows` for every sequence of a pack in one launch: `rows` [P, K] the pack's, `plan` [P, 4] int32 per
+    row (its row in its sequence's padded rows or -1, the sequence's tokens, padded rows and where its scale block
+    begins, in rows of scales: `fp8_weights.PackQuantization`). Each sequence's rows land in its rows of the
+    e4m3 [P, K] (its padding rows in the filler after it), its scales token-major in a block of their own of the
+    float32 [scale_rows * K / 128]; rows of no sequence are left unwritten."""
+    p, k = rows.shape
+    groups = k // 128
+    quantized = torch.empty(p, k, dtype=torch.float8_e4m3fn, device=rows.device)
+    scales = torch.empty(scale_rows * groups, dtype=torch.float32, device=rows.device)
+    _quantize_pack_kernel[(p, triton.cdiv(groups, GROUPS))](
+        rows, quantized, scales, plan, groups, rows.stride(0), GROUPS=GROUPS, FP8_MAX=448.0
+    )
+    return quantized, scales

@@ -72,6 +72,25 @@ def test_the_one_pass_activation_quantizer_gives_the_torch_chain_s_bits(tokens: 
     assert torch.equal(chain[1], kernel[1]) and chain[1].stride() == kernel[1].stride() == (1, padded)
 
 
+def test_a_pack_quantized_in_one_launch_gives_each_sequence_its_own_quantization() -> None:
+    """At the 27B's widths, filler NaN: each sequence's values and scales, strides included, are the one-pass
+    kernel's of its rows alone (which the test above holds to the torch chain)."""
+    from service.model import fp8_kernels
+
+    spans = [(0, 2047), (2048, 2049), (2112, 3000), (3008, 3012), (3072, 16383)]
+    for width in (5120, 6144, 17408):
+        generator = torch.Generator(device="cuda").manual_seed(width)
+        rows = torch.randn(16384, width, device="cuda", generator=generator) * 8
+        rows[2047:2048] = rows[3000:3008] = rows[16383:] = float("nan")  # filler, where padding rows land
+        rows = rows.to(torch.bfloat16)
+        layout = fp8_weights.PackQuantization(spans, 16384)
+        for (start, end), (values, scales) in zip(spans, layout.quantize(rows), strict=True):
+            padded = end - start + -(end - start) % 4
+            alone_values, alone_scales = fp8_kernels.quantize_rows(rows[start:end].clone(), padded)
+            assert torch.equal(values.view(torch.uint8), alone_values.view(torch.uint8)), (width, start)
+            assert torch.equal(scales, alone_scales) and scales.stride() == alone_scales.stride(), (width, start)
+
+
 def test_a_sample_keeps_its_bits_alone_and_among_neighbours(services) -> None:
     sample = _ids(1700, 0)
     seen = []

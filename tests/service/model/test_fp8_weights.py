@@ -20,8 +20,10 @@ from service.model.fp8_weights import (
     FP8,
     Fp8Linear,
     Fp8Scheme,
+    PackQuantization,
     dequantize_weight,
     gemm_counts,
+    quantize_activations,
     quantize_in_place,
     quantize_weight,
     write_fp8_checkpoint,
@@ -47,6 +49,35 @@ def test_block_quantization_rounds_each_block_to_e4m3_with_its_own_scale() -> No
     relative = ((back - weight).abs() / weight.abs().clamp(min=1e-3)).median()
     assert relative < 0.07  # e4m3 keeps 3 mantissa bits: half an ulp is 1/16
     assert (back[128:, 128:] - weight[128:, 128:]).abs().max() < 0.5  # not swamped by the large block
+
+
+def test_a_pack_s_activations_are_each_sequence_s_own_quantization_laid_out_as_alone() -> None:
+    """What each sequence's GEMM reads of a pack quantized at once: its values and scales as its own rows quantized
+    alone give them, with their shapes and strides, each scale block 512 bytes from the next; rows of no sequence
+    (filler, NaN here) reach no sequence's values. The Triton kernel's bits: tests/gpu/test_fp8_target_on_gpu.py."""
+    spans = [(0, 37), (64, 128), (128, 129), (192, 250)]  # a padded tail, a multiple of 4, one token, the last
+    generator = torch.Generator().manual_seed(0)
+    rows = (torch.randn(256, 384, generator=generator) * torch.logspace(-3, 3, 384)).to(torch.bfloat16)
+    filler = torch.ones(256, dtype=torch.bool)
+    for start, end in spans:
+        filler[start:end] = False
+    rows[filler] = float("nan")
+    layout = PackQuantization(spans, 256)
+    assert layout.fits
+    parts = layout.quantize(rows)  # quantize_pack's torch chain here (no Triton on a CPU-only host)
+    (first_values, first_block) = parts[0]
+    for (start, end), (values, block) in zip(spans, parts, strict=True):
+        alone_values, alone_scales = quantize_activations(rows[start:end].clone())
+        assert torch.equal(values.view(torch.uint8), alone_values.view(torch.uint8))
+        assert torch.equal(block, alone_scales) and block.stride() == alone_scales.stride()
+        assert values.data_ptr() - first_values.data_ptr() == start * 384  # its rows of the pack's
+        assert (block.data_ptr() - first_block.data_ptr()) % 512 == 0
+
+
+def test_a_pack_whose_padding_rows_would_overlap_the_next_sequence_is_not_quantized_at_once() -> None:
+    assert not PackQuantization([(0, 5), (5, 9)], 16).fits  # starts aligned to fewer than 4 tokens
+    assert PackQuantization([(0, 14)], 16).blocks == [(0, 14, 16, 0)]  # its 2 padding rows in the filler
+    assert not PackQuantization([(0, 15)], 15).fits  # the padding would run past the pack
 
 
 def test_the_checkpoint_has_the_release_layout_and_is_its_own_revision(tiny_model_dir: Path, fp8_dir: Path) -> None:
