@@ -221,9 +221,11 @@ class PackQuantization:
     def quantize(self, rows: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each sequence's (e4m3 [padded, K], float32 scales [padded, K / 128]) of the pack's `rows` [P, K], each
         as `quantize_activations` of its rows alone gives them: the same values, shapes and strides."""
-        rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-        quantized, scales = _pack_quantizer()(rows, self)
-        groups = rows.shape[1] // 128
+        return self.parts(*_pack_quantizer()(rows if rows.stride(-1) == 1 else rows.contiguous(), self))
+
+    def parts(self, quantized: torch.Tensor, scales: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each sequence's views of a pack's e4m3 [P, K] and flat scales [scale_rows * K / 128]."""
+        groups = quantized.shape[1] // 128
         return [
             (
                 quantized[start : start + padded],
@@ -236,13 +238,12 @@ class PackQuantization:
 def quantize_pack(rows: torch.Tensor, layout: PackQuantization) -> tuple[torch.Tensor, torch.Tensor]:
     """The torch chain's `PackQuantization.quantize`, a sequence at a time (where Triton is missing): (e4m3 [P, K],
     float32 scales [scale_rows * K / 128])."""
-    groups = rows.shape[1] // 128
     quantized = torch.empty(rows.shape, dtype=FP8, device=rows.device)
-    scales = torch.empty(layout.scale_rows * groups, dtype=torch.float32, device=rows.device)
-    for start, tokens, padded, base in layout.blocks:
-        values, block = quantize_rows(rows[start : start + tokens], padded)
-        quantized[start : start + padded] = values
-        scales[base * groups : (base + padded) * groups].view(groups, padded).t().copy_(block)
+    scales = torch.empty(layout.scale_rows * (rows.shape[1] // 128), dtype=torch.float32, device=rows.device)
+    for (start, tokens, padded, _), (values, block) in zip(layout.blocks, layout.parts(quantized, scales), strict=True):
+        alone_values, alone_scales = quantize_rows(rows[start : start + tokens], padded)
+        values.copy_(alone_values)
+        block.copy_(alone_scales)
     return quantized, scales
 
 
