@@ -13,8 +13,11 @@ per mix, in turn:
          `--pack-tokens` on CUDA, the fused elementwise forwards once proven bit-equal, side-stream copy to pinned
          memory, hashing + compression + zarr write + catalog in writer threads).
   lean   the packed lean forward alone (no hash or write): what the writing pipeline leaves of it, over the first
-         `--lean-tokens` of the mix; side by side with the same forward whose layers all run eagerly (`lean_eager`:
-         no layer replayed from a CUDA graph), the order swapped between the mixes.
+         `--lean-tokens` of the mix.
+
+Both `e2e` (for the mixes `--e2e-both-layers` names) and `lean` run twice side by side: every decoder layer eager
+(`eager_layers`) and layers replayed from CUDA graphs (`replayed`); `{mix}_e2e_tok_s` and `{mix}_lean_tok_s` are
+the settings' default's (`cuda_graphs`).
 
 `--target fp8` quantizes the target in place first (Qwen's `-FP8` layout: e4m3 weights in 128 x 128 blocks), so
 every side runs the FP8 target. The record says how full the packs were (`fill`: real tokens over pack rows), which
@@ -53,6 +56,7 @@ from schemas.keys import FeatureKey
 from schemas.lean_forward import attention_pinned
 from schemas.samples import parse_sample
 from service.extraction.extractor import Extractor
+from service.extraction.layer_graphs import graph_recorder
 from service.extraction.packing import plan_packs
 from service.main import build_services
 from service.model.synthetic import build_synthetic, to_fp8
@@ -211,6 +215,9 @@ def main() -> None:
     parser.add_argument(
         "--writer-sweep", default="8", help="other writer thread counts, each run end to end after the main pair"
     )
+    parser.add_argument(
+        "--e2e-both-layers", default="short", help="mixes run end to end with eager and replayed layers (else default)"
+    )
     parser.add_argument("--audit", type=int, default=20)
     parser.add_argument("--compare-tokens", type=int, default=2048)
     parser.add_argument("--profile-only", action="store_true", help="only profile one short-mix pack")
@@ -246,11 +253,12 @@ def main() -> None:
     extractor.fusion_keeps_bits(Backend.FLA)
     record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
 
-    def e2e(sequences: list[list[int]], subdir: str, writers: int = args.writers) -> tuple[float, float, dict]:
+    def e2e(
+        sequences: list[list[int]], subdir: str, writers: int = args.writers, graphs: bool = settings.cuda_graphs
+    ) -> tuple[float, float, dict]:
         """Seconds, peak activations and what else the run saw: GPU idle share and the extracting thread's waits."""
-        run = build_services(
-            settings.model_copy(update={"data_dir": store / subdir, "writer_threads": writers}), loaded
-        )
+        update = {"data_dir": store / subdir, "writer_threads": writers, "cuda_graphs": graphs}
+        run = build_services(settings.model_copy(update=update), loaded)
         run_extractor = run.models.extractor()
         run_extractor.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
         if run.writer.canaries is not None:  # and the canary, once per model load: untimed too
@@ -276,8 +284,13 @@ def main() -> None:
         return elapsed, peak_since(base), {"gpu_idle_share": utilization.idle_share, "write_wait_s": waits}
 
     record["cuda_graphs"] = extractor.fingerprint(Backend.FLA, pack=extractor.pack_policy).cuda_graphs
-    eager_layers = Extractor(loaded, settings.fused_elementwise, args.pack_tokens)  # no recorder: no layer replayed
-    eager_layers.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
+    default_mode = "replayed" if settings.cuda_graphs else "eager_layers"
+    by_mode = {
+        "eager_layers": Extractor(loaded, settings.fused_elementwise, args.pack_tokens),  # no recorder
+        "replayed": Extractor(loaded, settings.fused_elementwise, args.pack_tokens, graph_recorder(loaded)),
+    }
+    for one in by_mode.values():
+        one.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
 
     def lean(items: list, by: Extractor = extractor) -> float:
         """The forwards and their copies to host memory, each result waited for once the next forward is launched,
@@ -310,25 +323,38 @@ def main() -> None:
         # lean first, on a quiet host: the end-to-end run leaves tens of GB of writes behind it
         lean_items = items[: len(prefix(sequences, args.lean_tokens))]
         record[f"{mix}_lean_tokens"] = sum(len(encoded.prompt_ids) for encoded, _ in lean_items)
-        for name in ("lean", "lean_eager") if seed == 0 else ("lean_eager", "lean"):
-            by = extractor if name == "lean" else eager_layers
-            record[f"{mix}_{name}_tok_s"] = record[f"{mix}_lean_tokens"] / lean(lean_items, by)
-            print(f"{mix} {name}: {record[f'{mix}_{name}_tok_s']:.0f} tok/s", flush=True)
-        record[f"{mix}_lean_over_eager_layers"] = record[f"{mix}_lean_tok_s"] / record[f"{mix}_lean_eager_tok_s"]
+        for mode in list(by_mode) if seed == 0 else reversed(by_mode):
+            name = f"{mix}_lean_{mode}_tok_s"
+            record[name] = record[f"{mix}_lean_tokens"] / lean(lean_items, by_mode[mode])
+            print(f"{mix} lean, {mode}: {record[name]:.0f} tok/s", flush=True)
+        record[f"{mix}_lean_tok_s"] = record[f"{mix}_lean_{default_mode}_tok_s"]
+        record[f"{mix}_lean_replayed_over_eager"] = (
+            record[f"{mix}_lean_replayed_tok_s"] / record[f"{mix}_lean_eager_layers_tok_s"]
+        )
         naive(loaded.model, sequences[:2], layers)
         naive_sequences = prefix(sequences, args.naive_tokens)
         record[f"{mix}_naive_tokens"] = sum(map(len, naive_sequences))
-        # side by side, the order swapped between the mixes
-        order = ("naive", "e2e") if seed == 0 else ("e2e", "naive")
+        # side by side, the order swapped between the mixes; the other layer mode's store goes before the default's
+        # run (one 1M-token mix stores ~51 GB: two would not fit the device's RAM), the default's stays for the audit
+        other = [] if mix not in args.e2e_both_layers.split(",") else ["e2e_other"]
+        order = ("naive", *other, "e2e") if seed == 0 else (*other, "e2e", "naive")
         for name in order:
             if name == "naive":
                 elapsed, peak = naive(loaded.model, naive_sequences, layers)
                 done = record[f"{mix}_naive_tokens"]
+            elif name == "e2e_other":
+                mode = next(m for m in by_mode if m != default_mode)
+                elapsed, peak, seen = e2e(sequences, f"{mix}-{mode}", graphs=not settings.cuda_graphs)
+                shutil.rmtree(store / f"{mix}-{mode}", ignore_errors=True)
+                record[f"{mix}_e2e_{mode}"] = {"tok_s": total / elapsed, "peak_gb": peak, **seen}
+                print(f"{mix} e2e, {mode}: {record[f'{mix}_e2e_{mode}']}", flush=True)
+                continue
             else:
                 elapsed, peak, seen = e2e(sequences, mix)
                 done = total
                 record[f"{mix}_e2e_gpu_idle_share"] = seen["gpu_idle_share"]
                 record[f"{mix}_e2e_write_wait_s"] = seen["write_wait_s"]
+                record[f"{mix}_e2e_mode"] = default_mode
             record[f"{mix}_{name}_tok_s"], record[f"{mix}_{name}_peak_gb"] = done / elapsed, peak
             print(f"{mix} {name}: {done / elapsed:.0f} tok/s over {done} tokens, peak {peak:.2f} GB", flush=True)
         print(
@@ -422,7 +448,8 @@ def main() -> None:
             "e2e_tok_s",
             "naive_tok_s",
             "lean_tok_s",
-            "lean_eager_tok_s",
+            "lean_eager_layers_tok_s",
+            "lean_replayed_tok_s",
             "e2e_over_lean",
             "speedup",
             "packs",
