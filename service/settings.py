@@ -108,10 +108,10 @@ class Settings(BaseSettings):
         "are proven bit-equal to eager on this device; false = always eager",
     )
     cuda_graphs: bool = Field(
-        default=False,
+        default=True,
         description="on one CUDA device, replay each own-rows pack's decoder layers from CUDA graphs, recorded once "
-        "per kind of layer and pack (the kernels and arguments of the eager layers, so their bits); for a host too "
-        "slow to keep the GPU fed: on the H200's host eager layers are the faster (docs/measurements.md)",
+        "per kind of layer and pack (the kernels and arguments of the eager layers, so their bits): the GPU stays fed "
+        "while the writer threads take the host (docs/measurements.md); false = every layer eagerly",
     )
     verify_reads: Literal["chunks", "content_hash"] = Field(
         default="chunks",
