@@ -101,7 +101,7 @@ def _assert_model_own_forward(loaded: LoadedModel, services: Any, backend: Backe
 def bf16(tmp_path_factory: pytest.TempPathFactory):
     loaded = build_synthetic("cuda", num_layers=LAYERS)
     store = tmp_path_factory.mktemp("exact") / "store"
-    # layers replayed from CUDA graphs (off by default) for every backend here; the FP8 target runs both ways below
+    # layers replayed from CUDA graphs (the default, named here) for every backend; the FP8 target runs both ways below
     services = build_services(Settings(data_dir=store, device="cuda", pack_tokens=PACK, cuda_graphs=True), loaded)
     yield loaded, services
     services.close()
