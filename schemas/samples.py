@@ -1,7 +1,9 @@
 """Samples as docs/design.md defines them: one prompt form plus an optional completion, validated strictly.
 
-Validation never rewrites a sample: the prompt hash is taken over the JSON exactly as the caller sent it (minus `id`),
-so client and service agree without the service's parsing getting in the way.
+A sample is validated and identified in its normal form (`schemas.prompt_hash.normal_form`: a null member is an
+absent one), so a row that travelled through Arrow, which fills in the members other rows have with null, is the
+sample it was. Validation never rewrites it further: client and service hash the same JSON without the service's
+parsing getting in the way.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schemas.prompt_hash import canonical_json, prompt_hash, sample_identity
+from schemas.prompt_hash import canonical_json, normal_form, prompt_hash, sample_identity
 from schemas.validation import describe_errors, exactly_one_of
 
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
@@ -94,7 +96,8 @@ class Sample(BaseModel):
 
 
 class ParsedSample:
-    """A validated sample with its identity (the raw JSON minus `id`) and prompt hash."""
+    """A validated sample with its identity (its normal form minus `id`: what is hashed and rendered) and prompt
+    hash."""
 
     __slots__ = ("identity", "prompt_hash", "sample")
 
@@ -112,16 +115,19 @@ def parse_sample(raw: Any, index: int | None = None) -> ParsedSample:
     """Validate one sample; raise InvalidSampleError with a readable reason."""
     if not isinstance(raw, Mapping):
         raise InvalidSampleError(f"a sample is a JSON object, got {type(raw).__name__}", index)
+    normal: dict[str, Any] = normal_form(raw)
     try:  # the identity is UTF-8 JSON: a string with a lone surrogate (`"\ud83d"`) has no such form
-        canonical_json(raw)
+        canonical_json(normal)
     except UnicodeEncodeError:
         raise InvalidSampleError("a string holds a lone UTF-16 surrogate, which is not valid Unicode", index) from None
+    except TypeError as exc:  # a Python caller's object JSON has no form for (a set, bytes)
+        raise InvalidSampleError(f"a sample holds a value JSON cannot carry: {exc}", index) from None
     try:
-        sample = Sample.model_validate(dict(raw))
+        sample = Sample.model_validate(normal)
     except ValidationError as exc:
         reasons = describe_errors(exc.errors(include_url=False, include_input=False), model=Sample)
         raise InvalidSampleError(reasons, index) from None
-    return ParsedSample(sample, sample_identity(raw))
+    return ParsedSample(sample, sample_identity(normal))
 
 
 def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:

@@ -29,6 +29,12 @@ class VersionCatalog(Protocol):
     def set_integrity(self, content_hash: str, record: IntegrityRecord | None) -> None:
         """What the last check of a blob's bytes found, shown in every version stored in it (None clears it)."""
 
+    def moved_to(self, prompt_hash: str) -> str | None:
+        """The key a prompt hash of the rule before the normal form was re-keyed to (`service/catalog/rekey.py`)."""
+
+    def record_move(self, old_hash: str, prompt_hash: str) -> None:
+        """Record that `old_hash` (the rule before the normal form) names `prompt_hash` now."""
+
     def count(self) -> int: ...
 
     def ping(self) -> None:

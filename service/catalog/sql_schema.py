@@ -49,6 +49,9 @@ CREATE INDEX {if_not_exists} versions_content ON versions (content_hash {prefix_
 CREATE INDEX {if_not_exists} versions_created ON versions (created_at)
 """
 
+# a prompt hash of the rule before the normal form -> the key its sample has now (`service/catalog/rekey.py`)
+PROMPT_ALIASES = "CREATE TABLE {if_not_exists} prompt_aliases (old_hash TEXT PRIMARY KEY, prompt_hash TEXT NOT NULL)"
+
 JOBS = """
 CREATE TABLE {if_not_exists} jobs (
     id          TEXT PRIMARY KEY,

@@ -39,6 +39,8 @@ def document_of(manifest: Manifest) -> str:
     return manifest.model_copy(update={"seq": None, "audit": None, "integrity": None}).model_dump_json()
 
 
+# an old prompt hash's alias, recorded once (the migration's re-keying and the rebuild's both record it)
+RECORD_MOVE = "INSERT INTO prompt_aliases (old_hash, prompt_hash) VALUES (?, ?) ON CONFLICT DO NOTHING"
 KEY_MATCH = " AND ".join(f"{column} = ?" for column in KEY_COLUMNS)
 
 
@@ -114,6 +116,17 @@ class SqlVersionCatalog(Dialect, ABC):
                 self._sql("UPDATE versions SET integrity = ? WHERE content_hash = ?"),
                 (record.model_dump_json() if record is not None else None, content_hash),
             )
+
+    def moved_to(self, prompt_hash: str) -> str | None:
+        with self.db.connection() as conn:
+            row = conn.execute(
+                self._sql("SELECT prompt_hash FROM prompt_aliases WHERE old_hash = ?"), (prompt_hash,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def record_move(self, old_hash: str, prompt_hash: str) -> None:
+        with self.db.writing() as conn:
+            conn.execute(self._sql(RECORD_MOVE), (old_hash, prompt_hash))
 
     def count(self) -> int:
         with self.db.connection() as conn:

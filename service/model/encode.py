@@ -31,14 +31,14 @@ def _check_ids(ids: list[int], vocab_size: int, what: str, index: int | None) ->
 
 
 def _render_messages(parsed: ParsedSample, tokenizer: Any, index: int | None) -> list[int]:
-    sample = parsed.sample
-    kwargs: dict[str, Any] = dict(sample.chat_template_kwargs or {})
+    sample, identity = parsed.sample, parsed.identity  # the identity is what is rendered: null members left out
+    kwargs: dict[str, Any] = dict(identity.get("chat_template_kwargs", {}))
     # With a completion the prompt ends where the assistant's answer starts; a conversation that already ends with
     # the assistant is taken as it is.
-    last_role = parsed.identity["messages"][-1].get("role")
+    last_role = identity["messages"][-1].get("role")
     kwargs.setdefault("add_generation_prompt", sample.completion is not None or last_role != "assistant")
     try:
-        text = tokenizer.apply_chat_template(parsed.identity["messages"], tokenize=False, **kwargs)
+        text = tokenizer.apply_chat_template(identity["messages"], tokenize=False, **kwargs)
     except Exception as exc:  # jinja raises many kinds; any of them means this sample does not fit the template
         raise InvalidSample(f"{_where(index)}the chat template rejected these messages: {exc}") from None
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -6,11 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.manifest import Manifest
+from service.catalog.migrations import Step
 from service.catalog.postgres.database import PostgresDatabase
-from service.catalog.sql_schema import POSTGRES, VERSIONS, render
+from service.catalog.rekey import rekey_versions
+from service.catalog.sql_schema import POSTGRES, PROMPT_ALIASES, VERSIONS, render
 from service.catalog.version_rows import SqlVersionCatalog, document_of
 
-MIGRATIONS = [render(VERSIONS, POSTGRES)]
+MIGRATIONS: list[Step] = [
+    render(VERSIONS, POSTGRES),
+    render(PROMPT_ALIASES, POSTGRES),
+    rekey_versions("%s"),
+]
 
 
 class PostgresVersionCatalog(SqlVersionCatalog):

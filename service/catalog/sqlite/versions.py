@@ -7,7 +7,8 @@ from typing import Any
 
 from schemas.manifest import Manifest
 from service.catalog.migrations import Step
-from service.catalog.sql_schema import SQLITE, VERSIONS, render
+from service.catalog.rekey import rekey_versions
+from service.catalog.sql_schema import PROMPT_ALIASES, SQLITE, VERSIONS, render
 from service.catalog.sqlite.database import SqliteDatabase
 from service.catalog.version_rows import SqlVersionCatalog, document_of
 
@@ -20,7 +21,12 @@ def _add_record_columns(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE versions ADD COLUMN {column} TEXT")
 
 
-MIGRATIONS: list[Step] = [render(VERSIONS, SQLITE), _add_record_columns]
+MIGRATIONS: list[Step] = [
+    render(VERSIONS, SQLITE),
+    _add_record_columns,
+    render(PROMPT_ALIASES, SQLITE),
+    rekey_versions("?"),
+]
 
 
 class SqliteVersionCatalog(SqlVersionCatalog):

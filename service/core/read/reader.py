@@ -49,6 +49,9 @@ class FeatureReader:
         found = serving(self.versions.find(EntryFilter.of_key(key), limit=_CANDIDATES), key, layers)
         if not found:
             stored = self.versions.find(EntryFilter(prompt_hash=key.prompt_hash), limit=_CANDIDATES)
+            if not stored and (moved := self.versions.moved_to(key.prompt_hash)) is not None:
+                # a hash of the rule before the normal form: an alias of its sample's key now (a snapshot's, say)
+                return self.resolve(key.model_copy(update={"prompt_hash": moved}), layers)
             if not stored:
                 raise EntryNotFound(f"no entry for prompt_hash {key.prompt_hash}")
             asked = key.narrowing() + (f", layers={layers}" if layers else "")

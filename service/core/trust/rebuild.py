@@ -1,7 +1,8 @@
 """Rebuilding the catalog from the manifest documents stored beside the blobs, trusting none of them: each is checked
 against what it claims (its name binds it to its key, its prompt hash is recomputed from its sample, its blob must
 hold exactly the tensors it describes, chunk by chunk), and a document that fails is skipped and reported, never
-stops the rebuild."""
+stops the rebuild. A document of the rule before the normal form (its sample hashed with its null members) is
+re-keyed and its old hash kept as an alias, as the catalog's migration does."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pydantic import ValidationError
 from schemas.content_hash import content_hash
 from schemas.keys import version_name
 from schemas.manifest import Manifest, document_name
+from schemas.prompt_hash import prompt_hash_as_sent
 from schemas.samples import InvalidSampleError, parse_sample
 from schemas.validation import describe_errors
 from service.catalog.protocol import VersionCatalog
+from service.catalog.rekey import rekeyed
 from service.storage.protocol import BlobStore, Selection
 
 
@@ -42,6 +45,9 @@ class CatalogRebuilder:
             except RejectedDocument as exc:
                 report.rejected.append((name, str(exc)))
                 continue
+            if (moved := rekeyed(manifest)) is not None:  # written under the rule before the normal form
+                self.versions.record_move(manifest.prompt_hash, moved.prompt_hash)
+                manifest = moved
             if self.versions.add(manifest)[1]:
                 report.added += 1
             else:
@@ -66,7 +72,8 @@ class CatalogRebuilder:
             parsed = parse_sample(manifest.sample)
         except InvalidSampleError as exc:
             raise RejectedDocument(f"its sample is not a sample: {exc}") from None
-        if parsed.prompt_hash != manifest.prompt_hash or manifest.featureset.id != manifest.featureset_id:
+        named = {parsed.prompt_hash, prompt_hash_as_sent(manifest.sample)}  # either rule's, as it was written then
+        if manifest.prompt_hash not in named or manifest.featureset.id != manifest.featureset_id:
             raise RejectedDocument("its prompt hash or featureset id is not that of its sample and featureset")
         self._check_tensors(manifest)
         return manifest
