@@ -92,8 +92,11 @@ def main() -> None:
             )
             for column in ("id", "prompt hash", "tokens", "backend", "content hash"):
                 table.add_column(column)
-            for sample in PROMPTS:
-                features = client.get(sample)  # verifies the content hash on receipt
+            # the job's own entries, named in full: whatever else a user stored since for these prompts (a second
+            # featureset, another backend, imports) leaves them one entry each
+            revision, backend = info.model.model_revision, info.default_backend
+            for sample in PROMPTS:  # each fetch verified on receipt
+                features = client.get(sample, model_revision=revision, backend=backend, featureset=job.featureset_id)
                 m = features.manifest
                 table.add_row(str(sample["id"]), m.prompt_hash[:16], str(m.num_tokens), m.backend, m.content_hash[:23])
         console.print(table)

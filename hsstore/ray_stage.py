@@ -5,13 +5,18 @@ S3 bucket and a Postgres catalog), exactly as a worker does: content-addressed, 
 ledger. What is stored is skipped, so a run again after a crash extracts only what is missing.
 
 A row in is one sample's fields as `POST /v1/extract` takes them (`text`, `messages` or `token_ids`, an optional
-`id`, ...). A row out names what was stored, never the features (about 50 KB a token stays out of Ray's object
-store): `sample_id`, `prompt_hash`, `model_revision`, `backend`, `featureset`, `content_hash`, `num_tokens`, `status`
-(`extracted`, `existing` or `failed`) and `error` (why a sample was refused; the others of its batch are stored).
+`id`, ...), read from any source Ray has (`from_items`, `read_json`, `read_parquet`, `from_pandas`): the sample's key
+is the same whatever carried it, as its normal form leaves out the nulls Arrow fills in and pandas' NaN
+(`schemas/prompt_hash.py`). A row out names what was stored, never the features (about 50 KB a token stays out of
+Ray's object store): `sample_id`, `prompt_hash`, `model_revision`, `backend`, `featureset`, `content_hash`,
+`num_tokens`, `status` (`extracted`, `existing` or `failed`) and `error` (why a sample was refused, naming the row by
+its `id`; the others of its batch are stored).
 
 Ray restarts a killed actor and runs its batch again (Ray Data's defaults for actor pools): what the dead one stored
 is then found and skipped, and an entry is never half written, so nothing is lost or stored twice. A host whose GPU
-SGLang owns (windows, a hand-over) extracts only while a window is open and waits at a batch boundary otherwise.
+SGLang owns (windows, a hand-over) extracts only while a window is open and waits at a batch boundary otherwise. A
+pool the cluster cannot place (more actors than its CPUs leave room for beside the reading tasks, GPUs it does not
+have) is refused before anything runs, naming what is missing, instead of waiting on Ray's scheduler for ever.
 
     import ray
     from hsstore.ray_stage import extract_samples
@@ -29,14 +34,20 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.api import ExtractResult
 from schemas.featureset import FeatureSet
+from schemas.prompt_hash import normal_form, prompt_hash
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import ray.data
 
+    from service.core.write.writer import FeatureWriter
     from service.settings import Settings
 
 FAILED = "failed"  # a row's status when its sample was refused (the others are ExtractStatus values)
+
+
+class PoolDoesNotFit(ValueError):
+    """The actor pool asks for more than the Ray cluster has: Ray would wait for it without a word."""
 
 
 class ExtractSamples:
@@ -57,17 +68,11 @@ class ExtractSamples:
         self.poll_s = poll_s
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        import pyarrow as pa
-
-        from service.core.write.each_sample import extract_each
-
-        samples = [{name: value for name, value in row.items() if value is not None} for row in batch.to_pylist()]
         self._wait_for_window()
-        outcomes = extract_each(self.services.writer, samples, self.featureset, self.backend)
+        rows = extract_rows(self.services.writer, batch, self.featureset, self.backend)
         if not self.services.windows.usable() and self.services.models is not None:
             self.services.models.give_back_if_idle()  # the window is over: SGLang has its GPU back between batches
-        rows = [_row(sample, outcome) for sample, outcome in zip(samples, outcomes, strict=True)]
-        return pa.Table.from_pylist(rows, schema=_schema())
+        return rows
 
     def _wait_for_window(self) -> None:
         windows = self.services.windows
@@ -81,6 +86,19 @@ class ExtractSamples:
             self._lifecycle.close()
 
 
+def extract_rows(writer: FeatureWriter, batch: pa.Table, featureset: FeatureSet | None, backend: str) -> pa.Table:
+    """One batch of sample rows extracted (or found stored) through `writer`, as the stage's rows out."""
+    import pyarrow as pa
+
+    from service.core.write.each_sample import extract_each
+
+    samples = batch.to_pylist()  # as Arrow holds them, nulls filled in: the sample's normal form drops them
+    places = [_place(sample) for sample in samples]
+    outcomes = extract_each(writer, samples, featureset, backend, places=places)
+    rows = [_row(sample, outcome) for sample, outcome in zip(samples, outcomes, strict=True)]
+    return pa.Table.from_pylist(rows, schema=_schema())
+
+
 def _schema() -> pa.Schema:
     """Every batch's rows, failed or not, under one schema (a failed row's entry columns are null)."""
     import pyarrow as pa
@@ -90,8 +108,20 @@ def _schema() -> pa.Schema:
     return pa.schema([*fields, ("status", pa.string()), ("error", pa.string())])
 
 
+def _place(sample: dict[str, Any]) -> str:
+    """How an error names a row: by its `id` label, else by its prompt hash (a batch's positions are Ray's)."""
+    label = normal_form(sample).get("id")
+    if label is not None:
+        return f"row id {str(label)!r}"
+    try:
+        return f"row with prompt_hash {prompt_hash(sample)[:12]}"
+    except (TypeError, ValueError):  # not JSON at all: the error itself says what is wrong
+        return "row"
+
+
 def _row(sample: dict[str, Any], outcome: ExtractResult | str) -> dict[str, Any]:
-    sample_id = None if sample.get("id") is None else str(sample["id"])
+    label = normal_form(sample).get("id")
+    sample_id = None if label is None else str(label)
     if isinstance(outcome, str):
         return {"sample_id": sample_id, "status": FAILED, "error": outcome}
     manifest = outcome.manifest
@@ -127,6 +157,7 @@ def extract_samples(
     `accelerator_type`, ...). Lazy, as Ray Data is: the rows come as the returned dataset is consumed."""
     import ray.data
 
+    _check_fits(concurrency, num_gpus, float(ray_remote_args.get("num_cpus", 1)), _runs_tasks(samples))
     pool = (
         ray.data.ActorPoolStrategy(size=concurrency)
         if isinstance(concurrency, int)
@@ -141,3 +172,47 @@ def extract_samples(
         num_gpus=num_gpus,
         **ray_remote_args,
     )
+
+
+def _runs_tasks(samples: ray.data.Dataset) -> bool:
+    """Whether the samples come through Ray tasks (a read, a map: a CPU each while they run) rather than from
+    blocks already in the object store (`from_items`, `from_pandas`). Ray's plan is private: where it cannot be
+    read, tasks are assumed, since a CPU too few hangs and one too many only refuses a pool that would fit."""
+    try:
+        pending = [samples._logical_plan.dag]
+        while pending:
+            op = pending.pop()
+            if not type(op).__name__.startswith("From"):
+                return True
+            pending.extend(op.input_dependencies)
+    except AttributeError:
+        return True
+    return False
+
+
+def _check_fits(concurrency: int | tuple[int, int], num_gpus: float, num_cpus: float, tasks: bool) -> None:
+    """PoolDoesNotFit unless the running cluster can place the pool's smallest size, beside one task's CPU where the
+    samples come through tasks (actors holding every CPU starve a file's reading tasks, and the stage hangs in
+    `backpressured:tasks(ResourceBudget)`). A cluster not started yet is not checked: Ray starts one for the host."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    actors = concurrency if isinstance(concurrency, int) else concurrency[0]
+    have = ray.cluster_resources()
+    cpus, gpus = float(have.get("CPU", 0)), float(have.get("GPU", 0))
+    missing = []
+    if actors * num_cpus + tasks > cpus:
+        fits = int((cpus - tasks) // num_cpus) if num_cpus else actors
+        reading = " and one CPU to read the samples" if tasks else ""
+        missing.append(
+            f"{actors} actors of {num_cpus:g} CPU{reading} need {actors * num_cpus + tasks:g} CPUs and the cluster "
+            f"has {cpus:g}: " + (f"pass concurrency={fits}" if fits >= 1 else "give the cluster more CPUs")
+        )
+    if actors * num_gpus > gpus:
+        missing.append(
+            f"{actors} actors of num_gpus={num_gpus:g} need {actors * num_gpus:g} GPUs and the cluster has {gpus:g}"
+            + (": on a CPU cluster pass num_gpus=0" if gpus == 0 else "")
+        )
+    if missing:
+        raise PoolDoesNotFit("the actor pool cannot be placed: " + "; ".join(missing))

@@ -47,7 +47,7 @@ from service.jobs.runner import JobRunner
 from service.metrics import Metrics
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
-from service.registry import build_catalog, build_handover, build_store
+from service.registry import build_catalog, build_handover, build_store, check_data_dir
 from service.settings import Settings
 from service.storage.protocol import BlobStore
 
@@ -164,6 +164,7 @@ def build_services(
     read_only = settings.store_read_only
     if read_only and settings.model_dir is not None:
         raise ValueError("read_only: a service with a model extracts and so writes; give read_only only to replicas")
+    check_data_dir(settings.data_dir, create=not read_only)
     database, versions, job_store, kv = build_catalog(settings, read_only)
     store = build_store(settings, read_only)
     windows = Windows(settings.windows, kv, settings.windows_enforced, settings.window_margin_s)

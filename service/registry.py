@@ -1,10 +1,13 @@
 """What each configured URL scheme or name builds, one row each (as MLflow's store registry maps a URI's scheme to a
 factory): the blob store `store_url` names, the catalog `catalog_url` names, the GPU hand-over `handover` names. A
-new engine is one factory and one row here; nothing else chooses among them."""
+new engine is one factory and one row here; nothing else chooses among them. Before any of them opens a file under
+data_dir (the local store's and catalog's home), `check_data_dir` says what is wrong with it, if anything."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
@@ -57,6 +60,25 @@ def build_store(settings: Settings, read_only: bool) -> BlobStore:
 # --- catalogs ---
 
 
+def check_data_dir(data_dir: Path, create: bool) -> None:
+    """ConfigError naming the setting and what is wrong with the path, before anything opens a file under it: a file
+    where the directory (or one above it) should be, or a directory that cannot be made or written (`create`)."""
+    for path in (data_dir, *data_dir.parents):
+        if path.exists():
+            if not path.is_dir():
+                where = "is a file" if path == data_dir else f"lies under {path}, which is a file"
+                raise ConfigError(f"data_dir {data_dir} {where}, not a directory: name a directory (HSSTORE_DATA_DIR)")
+            break
+    if not create:
+        return
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"data_dir {data_dir} cannot be created: {exc.strerror} (HSSTORE_DATA_DIR)") from None
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        raise ConfigError(f"data_dir {data_dir} is not writable by this user (HSSTORE_DATA_DIR)")
+
+
 class CatalogEngine(Protocol):
     def build(self, settings: Settings, read_only: bool) -> Catalog: ...
 
@@ -80,6 +102,7 @@ class _Sqlite:
     def schema(self, settings: Settings) -> list[PartSchema] | None:
         from service.catalog.sqlite import jobs, kv, versions
 
+        check_data_dir(settings.data_dir, create=False)
         if not settings.catalog_path.exists():
             return None
         database = SqliteDatabase(settings.catalog_path, read_only=True)

@@ -43,6 +43,15 @@ pytest_plugins = [
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite never uses the default port, 8000, which a user's own `hsstore serve` (the README's by-hand one) may
+    hold while the tests run: a `serve` started without a port, and a command given no URL, get a free one."""
+    if "HSSTORE_PORT" not in os.environ:
+        os.environ["HSSTORE_PORT"] = str(free_port())
+    if "HSSTORE_URL" not in os.environ:
+        os.environ["HSSTORE_URL"] = f"http://127.0.0.1:{free_port()}"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`gpu` tests need the device; everywhere else they are reported as skipped, never silently passed."""
     import torch

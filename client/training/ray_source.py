@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 import torch
+from ray.data.collate_fn import NumpyBatchCollateFn
 
 from client.client import FeatureClient
+from client.errors import DirectReadsUnavailableError
 from client.training.collate import Sample, pad_collate
 from client.training.torch_data import to_sample
 from schemas.keys import EntryFilters, FeatureKey
@@ -85,13 +87,15 @@ def read_features(
     dataset: str | None = None,
     *,
     token: str | None = None,
-    direct_reads: bool = True,
+    direct_reads: bool | None = None,
     actors: int = 1,
     batch_size: int = 16,
     **listing: Unpack[EntryFilters],
 ) -> ray.data.Dataset:
     """The entries of `dataset` (a snapshot's id or name: exactly the versions it names), or else of the listing
-    `listing` filters as `FeatureClient.entries` takes them, read by `actors` actors `batch_size` entries a call."""
+    `listing` filters as `FeatureClient.entries` takes them, read by `actors` actors `batch_size` entries a call.
+    `direct_reads`: None reads straight from the object store where the service allows it and through the service
+    otherwise (one entry read here says which); True insists, failing here, before Ray starts, where it cannot."""
     import ray.data
 
     with FeatureClient(url, token) as client:
@@ -104,6 +108,7 @@ def read_features(
             keys = [manifest.feature_key() for manifest in client.entries(**listing)]
     if not keys:
         raise ValueError(f"no entries in {'dataset ' + dataset if dataset else 'the listing'}: nothing to read")
+    direct_reads = _direct_reads(url, token, keys[0], direct_reads)
     items = [{"key": key.model_dump_json(exclude_none=True)} for key in keys]
     return ray.data.from_items(items).map_batches(
         _ReadEntries,
@@ -114,9 +119,30 @@ def read_features(
     )
 
 
-def pad_features(batch: dict[str, np.ndarray]) -> dict[str, Any]:
+def _direct_reads(url: str, token: str | None, key: FeatureKey, asked: bool | None) -> bool:
+    """Whether the actors read from the object store: where asked (None) and the service hands out its chunks'
+    URLs. One entry read directly here says so; a service keeping its blobs on its own disk says no (409)."""
+    if asked is False:
+        return False
+    with FeatureClient(url, token, direct_reads=True) as client:
+        try:
+            client.get_many([key])
+        except DirectReadsUnavailableError as exc:
+            if asked:
+                raise DirectReadsUnavailableError(f"read_features(direct_reads=True): {exc}") from None
+            return False
+    return True
+
+
+class PadFeatures(NumpyBatchCollateFn):
     """A batch of `read_features` rows collated as the torch feed collates samples (`pad_collate`): the collate_fn
-    for `iter_torch_batches`."""
+    for `iter_torch_batches` (Ray takes a `NumpyBatchCollateFn` instance; a bare function is deprecated there)."""
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> Any:  # Ray's type is a free TypeVar; it is `_pad`'s dict
+        return _pad(batch)
+
+
+def _pad(batch: dict[str, np.ndarray]) -> dict[str, Any]:
     samples: list[Sample] = []
     for position in range(len(batch["content_hash"])):
         sample: Sample = {name: str(batch[name][position]) for name in _STRINGS}
@@ -128,3 +154,6 @@ def pad_features(batch: dict[str, np.ndarray]) -> dict[str, Any]:
             sample[name] = tensor.view(hidden_dtype) if name == HIDDEN_STATES else tensor
         samples.append(sample)
     return pad_collate(samples)
+
+
+pad_features = PadFeatures()

@@ -54,9 +54,11 @@ METAVARS = {
     "token": "TOKEN",
     "layers": "LAYERS",
     "dtype": "DTYPE",
+    "device": "DEVICE",
 }
 BY_TYPE = {"str": "TEXT", "int": "N", "float": "X", "Path": "PATH", "datetime": "TIME"}
 ROOT_HELP = "Root options, anywhere on the line: --url URL, --token TOKEN, --debug (see `hsstore --help`)."
+LOCAL_HELP = "--debug, anywhere on the line, shows the traceback of a failure (see `hsstore --help`)."
 
 
 def _metavar(param: TyperArgument | TyperOption) -> str | None:

@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 
 from hsstore.cli import admin, datasets, exchange, ops, read, run, write
-from hsstore.cli.group import ErrorReportingGroup
+from hsstore.cli.group import LOCAL_HELP, ErrorReportingGroup
 from hsstore.cli.options import DEFAULT_URL, Connection, TokenOption, UrlOption
 
 app = typer.Typer(
@@ -51,12 +51,22 @@ GROUPS: dict[str, tuple[typer.Typer, dict[str, Callable[..., None]]]] = {
     "window": (ops.window_app, {"status": ops.window_status, "open": ops.window_open, "close": ops.window_close}),
     "dataset": (datasets.dataset_app, {"create": datasets.dataset_create, "show": datasets.dataset_show}),
 }
+# Verbs run where the store or the model is, talking to no service: --url and --token mean nothing to them
+LOCAL_VERBS = {"serve", "worker", "devmodel", "rebuild-catalog", "migrate", "verify"}
 for name, verb in VERBS.items():
-    app.command(name)(verb)
+    app.command(name, epilog=LOCAL_HELP if name in LOCAL_VERBS else None)(verb)
 for name, (group, verbs) in GROUPS.items():
     for verb_name, verb in verbs.items():
         group.command(verb_name)(verb)
     app.add_typer(group, name=name)
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from service import __version__  # the package's own module, which imports nothing
+
+        typer.echo(f"hsstore {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -66,6 +76,10 @@ def main(
     token: TokenOption = None,
     debug: Annotated[
         bool, typer.Option("--debug", help="show the traceback when a command fails (or HSSTORE_DEBUG=1)")
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", is_eager=True, callback=_print_version, help="print hsstore's version and exit"),
     ] = False,
 ) -> None:
     """hsstore: a hidden-state feature store. --url, --token and --debug go anywhere on the line."""

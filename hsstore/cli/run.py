@@ -16,8 +16,13 @@ def serve(
     config: Annotated[Path | None, typer.Option(help="TOML settings file (or HSSTORE_CONFIG)")] = None,
     model_dir: Annotated[Path | None, typer.Option(help="model directory (overrides settings)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="store directory (overrides settings)")] = None,
-    host: Annotated[str | None, typer.Option()] = None,
-    port: Annotated[int | None, typer.Option()] = None,
+    host: Annotated[
+        str | None, typer.Option(help="address to listen on (overrides settings; default 127.0.0.1)")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on (overrides settings; default 8000)")] = None,
+    device: Annotated[
+        str | None, typer.Option(help="where the model runs: cpu, cuda, cuda:N or auto (overrides settings)")
+    ] = None,
     processes: Annotated[
         int,
         typer.Option(
@@ -33,7 +38,7 @@ def serve(
 
     overrides = {
         k: v
-        for k, v in {"model_dir": model_dir, "data_dir": data_dir, "host": host, "port": port}.items()
+        for k, v in {"model_dir": model_dir, "data_dir": data_dir, "host": host, "port": port, "device": device}.items()
         if v is not None
     }
     settings = Settings.load(config, **overrides)

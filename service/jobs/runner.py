@@ -233,7 +233,8 @@ class JobRunner:
             if item.completion_ids is not None
         }
         samples = [item.sample for item in items]
-        outcomes = extract_each(self.writer, samples, featureset, backend, Existing.HOLDING, completions)
+        places = [f"samples[{item.index}]" for item in items]  # the job's own numbering, not this batch's
+        outcomes = extract_each(self.writer, samples, featureset, backend, Existing.HOLDING, completions, places)
         return list(zip(items, outcomes, strict=True))
 
     def _host_failure(self, job: JobRecord, exc: Exception) -> None:

@@ -5,6 +5,7 @@ torch feed collates, and a changed byte in the bucket refused."""
 from __future__ import annotations
 
 import traceback
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 
@@ -12,8 +13,10 @@ import obstore
 import pytest
 import ray
 import torch
+from ray.util.annotations import RayDeprecationWarning
 
 from client import FeatureClient
+from client.errors import DirectReadsUnavailableError
 from client.training.collate import pad_collate
 from client.training.ray_source import pad_features, read_features
 from client.training.torch_data import to_sample
@@ -54,9 +57,11 @@ def test_a_snapshot_read_as_a_ray_dataset_is_what_the_client_reads(s3_url: str, 
         split = workers.map(lambda shard: [row["content_hash"] for row in shard.iter_rows()], shards)
         assert sorted(chain.from_iterable(split)) == sorted(m.content_hash for m in snapshot)
 
-    batches = list(
-        read_features(s3_url, "ray-train", batch_size=2).iter_torch_batches(batch_size=5, collate_fn=pad_features)
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RayDeprecationWarning)  # the guide's recipe uses no deprecated Ray API
+        batches = list(
+            read_features(s3_url, "ray-train", batch_size=2).iter_torch_batches(batch_size=5, collate_fn=pad_features)
+        )
     (batch,) = batches
     expected = pad_collate([samples[content_hash] for content_hash in batch["content_hash"]])
     assert set(batch) == set(expected)
@@ -84,3 +89,17 @@ def test_a_listing_reads_too_and_a_changed_byte_in_the_bucket_is_refused(
     # the bytes' check refused them (its error crosses Ray's process boundary as text), not a Ray fault
     told = "".join(traceback.format_exception(refused.value))
     assert "IntegrityError: hidden_states: chunk" in told, told[-2000:]
+
+
+def test_a_store_on_the_services_own_disk_is_read_through_the_service_unless_direct_reads_are_insisted_on(
+    live_url: str,
+) -> None:
+    """A single host's store (local disk): the default reads through the service; `direct_reads=True` is refused in
+    one line before Ray runs anything."""
+    with FeatureClient(live_url) as client:
+        written = [r.manifest for r in client.extract([{"text": "def local(): pass"}, {"text": "x = 1"}]).results]
+        client.create_dataset("laptop", [m.feature_key() for m in written])
+    rows = read_features(live_url, "laptop").take_all()
+    assert sorted(row["content_hash"] for row in rows) == sorted(m.content_hash for m in written)
+    with pytest.raises(DirectReadsUnavailableError, match=r"^read_features\(direct_reads=True\): .*own disk"):
+        read_features(live_url, "laptop", direct_reads=True)

@@ -4,6 +4,7 @@ its error's message instead of a result."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ from service.errors import BackendUnavailable, ImplausibleFeatures, InvalidReque
 
 # What refuses one sample, not the host: the batch is then run one by one
 SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, ImplausibleFeatures, BackendUnavailable)
+_ALONE = re.compile(r"^samples\[0\]")  # how a request of one sample names it: a retry's place, not the caller's
 
 
 def extract_each(
@@ -24,9 +26,11 @@ def extract_each(
     backend: str,
     existing: Existing = Existing.SAME,
     completions: Completions | None = None,
+    places: Sequence[str] | None = None,
 ) -> list[ExtractResult | str]:
-    """Each sample's result, or the message of the error that refused it, in order; `completions` by position.
-    Extracts now (the caller has checked the window); a host's failure (the model, the hand-over) propagates."""
+    """Each sample's result, or the message of the error that refused it, in order; `completions` by position;
+    `places` how the caller names each sample in messages (a job's `samples[17]`, a Ray row's id), else its position
+    here. Extracts now (the caller has checked the window); a host's failure (the model, the hand-over) propagates."""
 
     def run(positions: list[int]) -> list[ExtractResult]:
         given = {new: completions[old] for new, old in enumerate(positions) if completions and old in completions}
@@ -45,5 +49,7 @@ def extract_each(
         try:
             outcomes.append(run([position])[0])
         except SAMPLE_ERRORS as exc:
-            outcomes.append(exc.message)
+            place = places[position] if places is not None else f"samples[{position}]"
+            message, named = _ALONE.subn(place, exc.message)
+            outcomes.append(message if named else f"{place}: {message}")
     return outcomes

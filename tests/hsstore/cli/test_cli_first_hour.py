@@ -407,3 +407,28 @@ def test_extract_and_warm_take_a_featureset_by_its_id_as_get_does(live_url: str,
     assert "neither the model's default nor held" in unknown and "--layers" in hint
     (both,) = failed("extract", str(prompts), "--url", live_url, "--featureset", featureset_id, "--layers", "1")
     assert "not both" in both
+
+
+def test_version_and_what_serve_takes(live_url: str) -> None:
+    from service import __version__
+
+    assert ok("--version").strip() == f"hsstore {__version__}"
+    with FeatureClient(live_url) as client:
+        assert client.info().version == __version__
+    said = " ".join(ok("serve", "--help").split())
+    assert "--device DEVICE" in said and "--port N" in said and "--data-dir PATH" in said
+    assert "--url" not in said and "--token" not in said  # the client's options mean nothing to a server
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "a-file", "unmakeable"])
+def test_a_data_dir_that_cannot_be_one_is_named_with_its_setting(where: str, tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    data_dir = {"under-a-file": a_file / "d", "a-file": a_file, "unmakeable": Path("/proc/hsstore")}[where]
+    (line,) = failed("serve", env={"HSSTORE_DATA_DIR": str(data_dir)})
+    assert f"data_dir {data_dir}" in line and "HSSTORE_DATA_DIR" in line, line
+    said = {"under-a-file": f"lies under {a_file}, which is a file", "a-file": "is a file", "unmakeable": "cannot be"}
+    assert said[where] in line
+    if where != "unmakeable":  # the catalog's check says the same, not "no catalog yet"
+        (line,) = failed("migrate", "--check", "--data-dir", str(data_dir))
+        assert said[where] in line and "no catalog yet" not in line
