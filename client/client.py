@@ -266,8 +266,8 @@ class FeatureClient(ServiceCalls):
         response = self._transport.request("GET", f"/v1/datasets/{ref}/index")
         try:
             index = datasets.decode(response.content, pinned or response.headers.get(datasets.ID_HEADER))
-        except datasets.DatasetError as exc:
-            raise IntegrityError(f"dataset {ref}: {exc}") from None
+        except datasets.DatasetError as exc:  # the service streams the index as stored: checked here, on receipt
+            raise IntegrityError(f"dataset {ref}: {exc} (damaged in the store or on the way)") from None
         if self.cache is not None:
             self.cache.put_dataset(index.dataset_id, response.content)
         return index

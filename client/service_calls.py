@@ -21,6 +21,9 @@ from schemas.api import (
     ImportRequest,
     ImportResult,
     Info,
+    KeysPage,
+    ListedKey,
+    StoreHealth,
 )
 from schemas.estimates import EstimateReport, EstimateRequest
 from schemas.featureset import FeatureSet, LayerId
@@ -52,6 +55,19 @@ class ServiceCalls:
                 return
             cursor = page.next_cursor
 
+    def keys(self, *, page_size: int = 10_000, **filters: Unpack[EntryFilters]) -> Iterator[ListedKey]:
+        """Every matching version's key (pinned by content hash), tokens and creation time, oldest first, without
+        their manifests: ~200 bytes a version, for listings of millions. `ListedKey.key()` reads it."""
+        cursor = None
+        while True:
+            page = self._transport.call(
+                KeysPage, "GET", "/v1/entries:keys", params=self._listing(page_size, cursor, **filters)
+            )
+            yield from page.keys
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     def entries_page(
         self,
         *,
@@ -66,18 +82,18 @@ class ServiceCalls:
     ) -> EntriesPage:
         """One page of the listing (`prompt_hash` and `content_hash` may be prefixes); pass its `next_cursor` back
         for the next."""
-        where = EntryFilter(
-            prompt_hash=prompt_hash,
-            model_revision=model_revision,
-            backend=backend,
-            featureset_id=featureset.id if isinstance(featureset, FeatureSet) else featureset,
-            content_hash=content_hash,
-            since=since,
-        )
-        params: dict[str, Any] = {**where.params(), "limit": limit}
-        if cursor is not None:
-            params["cursor"] = cursor
+        filters = {"prompt_hash": prompt_hash, "model_revision": model_revision, "backend": backend}
+        params = self._listing(limit, cursor, featureset=featureset, content_hash=content_hash, since=since, **filters)
         return self._transport.call(EntriesPage, "GET", "/v1/entries", params=params)
+
+    @staticmethod
+    def _listing(limit: int, cursor: str | None, **filters: Any) -> dict[str, Any]:
+        """A listing's query: its filters, as both listings take them, the page size and the cursor."""
+        featureset = filters.pop("featureset", None)
+        where = EntryFilter(
+            featureset_id=featureset.id if isinstance(featureset, FeatureSet) else featureset, **filters
+        )
+        return {**where.params(), "limit": limit} | ({"cursor": cursor} if cursor is not None else {})
 
     def compare(
         self,
@@ -107,6 +123,12 @@ class ServiceCalls:
     # -- extracting, warm jobs and windows -----------------------------------------------------------------------
     def info(self) -> Info:
         return self._transport.call(Info, "GET", "/v1/info")
+
+    def health(self, limit: int = 150, cursor: str | None = None) -> StoreHealth:
+        """What the store holds per model revision, backend and featureset (kept current by the service) and the
+        first `limit` versions that need an operator's eye; pass `next_cursor` back for more."""
+        params: dict[str, Any] = {"limit": limit} | ({"cursor": cursor} if cursor else {})
+        return self._transport.call(StoreHealth, "GET", "/v1/health", params=params)
 
     def extract(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
@@ -59,6 +59,36 @@ class ExtractResponse(BaseModel):
 
 class EntriesPage(BaseModel):
     entries: list[Manifest]
+    next_cursor: str | None = None
+
+
+class ListedKey(NamedTuple):
+    """A version as the key listing names it: its whole key, pinned by content hash, its tokens and creation time."""
+
+    prompt_hash: str
+    content_hash: str
+    model_revision: str
+    backend: str
+    featureset: str  # the featureset id, named as the wire names it
+    num_tokens: int
+    created_at: str
+
+    def key(self) -> FeatureKey:
+        return FeatureKey(
+            prompt_hash=self.prompt_hash,
+            model_revision=self.model_revision,
+            backend=self.backend,
+            featureset_id=self.featureset,
+            content_hash=self.content_hash,
+        )
+
+
+class KeysPage(BaseModel):
+    """A page of the key listing (`GET /v1/entries:keys`): each version a row of `ListedKey`'s fields, in that
+    order (arrays, not objects: a listing of 10^7 versions is mostly their ids)."""
+
+    columns: list[str] = Field(default=list(ListedKey._fields))
+    keys: list[ListedKey]
     next_cursor: str | None = None
 
 
@@ -294,3 +324,25 @@ class DatasetInfo(BaseModel):
     tokens: int
     bytes: int
     created_at: str
+
+
+class StoreTally(BaseModel):
+    """What one (model revision, backend, featureset) holds, kept current by the catalog (never counted by a scan)."""
+
+    model_revision: str
+    backend: str
+    featureset_id: str
+    entries: int
+    tokens: int
+    bytes: int = Field(description="the tensors' bytes before compression")
+    flagged: int = Field(description="versions the content checks found unusual")
+    damaged: int = Field(description="versions whose stored bytes a check found changed")
+    suspect: int = Field(description="imports found wrong, suspect by their run, or never vetted")
+
+
+class StoreHealth(BaseModel):
+    """What `hsstore health` shows: the tallies, and the first versions that need an operator's eye."""
+
+    tallies: list[StoreTally]
+    attention: list[Manifest] = Field(description="flagged, damaged or suspect versions, oldest first, up to `limit`")
+    next_cursor: str | None = None

@@ -12,9 +12,12 @@ for, and the same entries in the same order always give the same id.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,6 +26,8 @@ from schemas.keys import WIRE_NAMED, FeatureKey, FeaturesetId
 
 MAGIC, VERSION = b"HSDS", 1
 _PREFIX = struct.Struct("<4sBI")
+PREFIX_SIZE = _PREFIX.size
+_FLUSH = 1 << 20  # records written a MB at a time
 # raw digests as bytes, not numpy "S32": that strips trailing zero bytes
 RECORD = np.dtype([("prompt_hash", "u1", (32,)), ("content_hash", "u1", (32,)), ("tokens", "<u4"), ("key", "<u2")])
 MEDIA_TYPE = "application/x-hsstore-dataset"
@@ -87,23 +92,74 @@ def is_dataset_id(text: str) -> bool:
     return text.startswith("sha256:") and len(hexdigest) == 64 and all(c in "0123456789abcdef" for c in hexdigest)
 
 
+# A version as an index names it: prompt hash, content hash ("sha256:..."), tokens, model revision, backend, featureset
+IndexRow = tuple[str, str, int, str, str, str]
+_RECORD = struct.Struct("<IH")  # a record's tokens and triple, after its two 32-byte hashes
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """What `spool` wrote: the records' triples in order of first use, how many records, and their tokens."""
+
+    triples: list[Triple]
+    count: int
+    tokens: int
+
+
+def spool(rows: Iterable[IndexRow], out: BinaryIO) -> Spooled:
+    """Write the records of `rows` to `out` as they come (an index of 10^7 entries never in memory at once)."""
+    triples: dict[tuple[str, str, str], int] = {}
+    pending, count, tokens = bytearray(), 0, 0
+    for prompt, content, size, *parts in rows:
+        triple = triples.setdefault((parts[0], parts[1], parts[2]), len(triples))
+        if triple >= 2**16:
+            raise DatasetError("a dataset spans at most 65,536 (model revision, backend, featureset) triples")
+        pending += bytes.fromhex(prompt) + bytes.fromhex(content.removeprefix("sha256:")) + _RECORD.pack(size, triple)
+        count, tokens = count + 1, tokens + size
+        if len(pending) >= _FLUSH:
+            out.write(pending)
+            pending.clear()
+    out.write(pending)
+    named = [Triple(model_revision=r, backend=b, featureset_id=f) for r, b, f in triples]
+    return Spooled(named, count, tokens)
+
+
+def prefix(name: str, created_at: str, spooled: Spooled) -> bytes:
+    """What comes before the records: the magic, the version and the header (which says how many follow)."""
+    header = DatasetHeader(name=name, created_at=created_at, triples=spooled.triples, count=spooled.count)
+    raw = header.model_dump_json().encode()
+    return _PREFIX.pack(MAGIC, VERSION, len(raw)) + raw
+
+
+def row_of(key: FeatureKey, tokens: int) -> IndexRow:
+    if key.content_hash is None or key.model_revision is None or key.backend is None or key.featureset_id is None:
+        raise DatasetError("a dataset names whole versions (every key part and the content hash)")
+    return key.prompt_hash, key.content_hash, tokens, key.model_revision, key.backend, key.featureset_id
+
+
 def encode(name: str, created_at: str, keys: list[tuple[FeatureKey, int]]) -> bytes:
     """The index of `keys` (each pinned by content hash, with its token count), in this order."""
-    triples: dict[Triple, int] = {}
-    records = np.empty(len(keys), dtype=RECORD)
-    for row, (key, tokens) in enumerate(keys):
-        if key.content_hash is None or key.model_revision is None or key.backend is None or key.featureset_id is None:
-            raise DatasetError(f"entry {row}: a dataset names whole versions (every key part and the content hash)")
-        triple = Triple(model_revision=key.model_revision, backend=key.backend, featureset_id=key.featureset_id)
-        records[row]["prompt_hash"] = np.frombuffer(bytes.fromhex(key.prompt_hash), np.uint8)
-        records[row]["content_hash"] = np.frombuffer(bytes.fromhex(key.content_hash.removeprefix("sha256:")), np.uint8)
-        records[row]["tokens"] = tokens
-        records[row]["key"] = triples.setdefault(triple, len(triples))
-    if len(triples) > 2**16:
-        raise DatasetError("a dataset spans at most 65,536 (model revision, backend, featureset) triples")
-    header = DatasetHeader(name=name, created_at=created_at, triples=list(triples), count=len(keys))
-    raw = header.model_dump_json().encode()
-    return _PREFIX.pack(MAGIC, VERSION, len(raw)) + raw + records.tobytes()
+    records = io.BytesIO()
+    spooled = spool((row_of(key, tokens) for key, tokens in keys), records)
+    return prefix(name, created_at, spooled) + records.getvalue()
+
+
+def header_size(start: bytes) -> int:
+    """How many bytes an index's magic, version and header take, from its first `PREFIX_SIZE` bytes."""
+    if len(start) < _PREFIX.size:
+        raise DatasetError("too short for a dataset index")
+    magic, version, size = _PREFIX.unpack_from(start)
+    if magic != MAGIC or version != VERSION:
+        raise DatasetError("not a dataset index of version 1")
+    return int(_PREFIX.size + size)
+
+
+def read_header(head: bytes) -> DatasetHeader:
+    """The header of an index whose first `header_size` bytes are `head`."""
+    try:
+        return DatasetHeader.model_validate(json.loads(head[_PREFIX.size :]))
+    except ValueError as exc:
+        raise DatasetError(f"a malformed dataset header: {exc}") from None
 
 
 def decode(data: bytes | memoryview, expected_id: str | None = None) -> DatasetIndex:

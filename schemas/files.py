@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable
 from pathlib import Path
 
 _OWNER = re.compile(r"\.~(\d+)\.")
@@ -36,7 +36,7 @@ def fsync_dir(path: Path) -> None:
 
 def atomic_write(
     path: Path,
-    data: bytes | memoryview | Sequence[bytes | memoryview],
+    data: bytes | memoryview | Iterable[bytes | memoryview],
     *,
     staging_dir: Path | None = None,
     durable: bool = True,
@@ -48,7 +48,7 @@ def atomic_write(
     staging = staging_path(staging_dir or path.parent, path.name, ".tmp")
     try:
         with staging.open("wb") as handle:
-            pieces: Sequence[bytes | memoryview] = data if isinstance(data, list | tuple) else [data]  # type: ignore[list-item]
+            pieces = [data] if isinstance(data, bytes | memoryview) else data
             for piece in pieces:
                 handle.write(piece)
             if durable:

@@ -17,12 +17,15 @@ from schemas.validation import JsonBool, JsonInt
 GREEDY_PATTERN = r"^greedy:0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-6])$"
 
 
-class JobRequest(BaseModel):
-    """A warm job: samples (or a JSONL upload), one or several backends, featureset, completion policy, priority."""
+MAX_JOB_SAMPLES = 1_000_000
+
+
+class JobOptions(BaseModel):
+    """What a warm job runs its samples with: one or several backends, featureset, completion policy, priority (a
+    JSONL upload's query parameters)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    samples: list[RawSample] = Field(min_length=1, max_length=1_000_000)
     backends: list[BackendChoice] = Field(default_factory=lambda: ["auto"], min_length=1, max_length=3)
     featureset: FeatureSet | None = None
     completion: str | None = Field(
@@ -40,6 +43,12 @@ class JobRequest(BaseModel):
         if value is not None:
             greedy_tokens(value)
         return value
+
+
+class JobRequest(JobOptions):
+    """A warm job: its samples (or, as `application/x-ndjson`, a JSONL upload with the options as queries)."""
+
+    samples: list[RawSample] = Field(min_length=1, max_length=MAX_JOB_SAMPLES)
 
 
 def greedy_tokens(policy: str) -> int:

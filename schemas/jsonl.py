@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -16,13 +18,18 @@ class JsonlError(ValueError):
 
 def parse_jsonl(data: bytes | str, source: str) -> list[dict[str, Any]]:
     """Every non-blank line as a JSON object; JsonlError at the first line that is not one (or for no lines)."""
+    return list(iter_jsonl(data, source))
+
+
+def iter_jsonl(data: bytes | str, source: str) -> Iterator[dict[str, Any]]:
+    """`parse_jsonl`, one object at a time as it is read (an upload of 10^6 samples is never a list of them)."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise JsonlError(source, None, f"not UTF-8 text (byte {exc.start})") from None
-    objects = []
-    for number, line in enumerate(data.splitlines(), 1):
+    found = False
+    for number, line in enumerate(io.StringIO(data), 1):
         if not line.strip():
             continue
         try:
@@ -33,10 +40,10 @@ def parse_jsonl(data: bytes | str, source: str) -> list[dict[str, Any]]:
             raise JsonlError(source, number, "JSON nested too deeply") from None
         if not isinstance(value, dict):
             raise JsonlError(source, number, f"a sample is a JSON object, got {_kind(value)}")
-        objects.append(value)
-    if not objects:
+        found = True
+        yield value
+    if not found:
         raise JsonlError(source, None, "holds no samples" + (" (every line is blank)" if data else ""))
-    return objects
 
 
 def _kind(value: Any) -> str:

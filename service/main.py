@@ -18,7 +18,7 @@ from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.deps import PROVIDED
 from service.api.routes import ROUTERS
-from service.catalog import JobStore, KeyValue, VersionCatalog
+from service.catalog import JobStore, KeyValue, VersionStore
 from service.catalog.protocol import Database
 from service.core.gpu_time.gate import ExtractionGate
 from service.core.gpu_time.windows import Windows
@@ -97,7 +97,7 @@ class Services:
     settings: Settings
     database: Database
     store: BlobStore
-    versions: VersionCatalog
+    versions: VersionStore
     jobs: JobStore
     windows: Windows
     models: ModelManager[Extractor] | None
@@ -235,7 +235,9 @@ def build_services(
         writer=writer,
         auditor=Auditor(reader, writer, versions, models, gate, preparer, verifier, spot_checks),
         verifier=verifier,
-        datasets=Datasets(reader.resolve, versions, store, kv),
+        datasets=Datasets(
+            reader.resolve, versions, store, kv, spool_dir=None if read_only else settings.data_dir / "tmp"
+        ),
         estimator=Estimator(spec, preparer, versions, store, job_store, settings.codec),
         importer=FeatureImporter(recorder, versions, models, checks, spot_checks, settings.max_sample_tokens),
         rebuilder=CatalogRebuilder(store, versions),
@@ -283,6 +285,7 @@ def create_app(
         app.include_router(router)
     app.state.methods_by_path = error_handlers.methods_by_path(ROUTERS)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
+    services.metrics.registry.register(metrics_api.StoreCollector(services.versions))
     limits = {
         "/v1/jobs": services.settings.max_job_bytes,
         "/v1/datasets": services.settings.max_job_bytes,  # up to 200,000 keys

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from service.catalog import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog
 from service.catalog.migrations import PartSchema
-from service.catalog.protocol import Database, JobStore, KeyValue, VersionCatalog
+from service.catalog.protocol import Database, JobStore, KeyValue, VersionStore
 from service.errors import ConfigError
 from service.host.handover import CommandHandover, GpuHandover, MemorySaverHandover, NoHandover
 from service.host.sglang import SGLangClient
@@ -23,7 +23,7 @@ from service.storage.object_store import OBJECT_STORES, ObjectZarrStore, open_ur
 from service.storage.protocol import BlobStore
 from service.storage.zarr_local import LocalZarrStore
 
-Catalog = tuple[Database, VersionCatalog, JobStore, KeyValue]
+Catalog = tuple[Database, VersionStore, JobStore, KeyValue]
 LOCAL = None  # no URL: the store or catalog under data_dir (a URL without a scheme is of no known kind)
 
 

@@ -156,7 +156,7 @@ class EntryStream(IterableDataset[Sample]):
             mine: Iterator[FeatureRead] = (batch_item(index.key(int(p))) for p in positions[shard::shards])
             yield from self._fetched(partial(retrying, client.fetch, key.key) for key in mine)
             return
-        listing = client.entries(**self.filters)
+        listing = (listed.key() for listed in client.keys(**self.filters))  # keys alone: no manifest per entry
         if self.seed is None:
             mine = (key_of(m) for i, m in enumerate(listing) if i % shards == shard)
         else:  # the whole listing's keys first: a global order needs all of them

@@ -31,6 +31,7 @@ from client.client import FeatureClient
 from client.errors import DirectReadsUnavailableError
 from client.training.collate import Sample, pad_collate
 from client.training.torch_data import to_sample
+from schemas.datasets import DatasetIndex
 from schemas.keys import EntryFilters, FeatureKey
 from schemas.manifest import HIDDEN_STATES
 
@@ -47,11 +48,15 @@ _NAMED_DTYPES = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
 class _ReadEntries:
     """One reading actor: a client of its own (an httpx client does not cross processes)."""
 
-    def __init__(self, url: str, token: str | None, direct_reads: bool) -> None:
+    def __init__(self, url: str, token: str | None, direct_reads: bool, index: DatasetIndex | None) -> None:
         self.client = FeatureClient(url, token, direct_reads=direct_reads)
+        self.index = index  # a snapshot's: its rows are positions in it
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        keys = [FeatureKey.model_validate_json(text) for text in batch["key"]]
+        if self.index is not None:
+            keys = [self.index.key(int(position)) for position in batch["id"]]
+        else:
+            keys = [FeatureKey.model_validate_json(text) for text in batch["key"]]
         rows = [_row(to_sample(features, dequantise=False)) for features in self.client.get_many(keys)]
         if any(_LOSS_MASK in row for row in rows):  # an entry without one trains on every token (`pad_collate`)
             for row in rows:
@@ -98,21 +103,26 @@ def read_features(
     otherwise (one entry read here says which); True insists, failing here, before Ray starts, where it cannot."""
     import ray.data
 
+    index: DatasetIndex | None = None
     with FeatureClient(url, token) as client:
         if dataset is not None:
             if listing:
                 raise ValueError("name a dataset or listing filters, not both")
+            # the index (70 bytes an entry) goes to the actors, and Ray's rows are positions in it: a snapshot of
+            # 10^7 entries is never 10^7 keys on the driver
             index = client.dataset(dataset)
-            keys = [index.key(position) for position in range(len(index))]
+            first = index.key(0) if len(index) else None
+            source = ray.data.range(len(index))
         else:
-            keys = [manifest.feature_key() for manifest in client.entries(**listing)]
-    if not keys:
+            texts = [listed.key().model_dump_json(exclude_none=True) for listed in client.keys(**listing)]
+            first = FeatureKey.model_validate_json(texts[0]) if texts else None
+            source = ray.data.from_items([{"key": text} for text in texts])
+    if first is None:
         raise ValueError(f"no entries in {'dataset ' + dataset if dataset else 'the listing'}: nothing to read")
-    direct_reads = _direct_reads(url, token, keys[0], direct_reads)
-    items = [{"key": key.model_dump_json(exclude_none=True)} for key in keys]
-    return ray.data.from_items(items).map_batches(
+    direct_reads = _direct_reads(url, token, first, direct_reads)
+    return source.map_batches(
         _ReadEntries,
-        fn_constructor_args=(url, token, direct_reads),
+        fn_constructor_args=(url, token, direct_reads, index),
         batch_size=batch_size,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=actors),

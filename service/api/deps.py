@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from schemas.states import TokenScope
-from service.catalog.protocol import VersionCatalog
+from service.catalog.protocol import VersionStore
 from service.core.gpu_time.windows import Windows
 from service.core.read.datasets import Datasets
 from service.core.read.reader import FeatureReader
@@ -52,7 +52,7 @@ def get_store(request: Request) -> BlobStore:
     return request.app.state.store
 
 
-def get_versions(request: Request) -> VersionCatalog:
+def get_versions(request: Request) -> VersionStore:
     return request.app.state.versions
 
 
@@ -94,7 +94,7 @@ def get_datasets(request: Request) -> Datasets:
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[BlobStore, Depends(get_store)]
-VersionsDep = Annotated[VersionCatalog, Depends(get_versions)]
+VersionsDep = Annotated[VersionStore, Depends(get_versions)]
 WindowsDep = Annotated[Windows, Depends(get_windows)]
 ModelsDep = Annotated[ModelManager[Extractor] | None, Depends(get_models)]
 ReaderDep = Annotated[FeatureReader, Depends(get_reader)]

@@ -1,14 +1,49 @@
-"""The /metrics route and the middleware that counts requests, bytes and latency per route."""
+"""The /metrics route, the middleware that counts requests, bytes and latency per route, and the store's gauges."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.catalog.protocol import StoreTallies
 from service.metrics import Metrics
+
+# what each key space's tally says, as a gauge labelled by the key space: the gauge's name, its help, the tally's part
+_STORE_GAUGES = (
+    ("hsstore_store_entries", "versions stored", "entries"),
+    ("hsstore_store_tokens", "tokens the stored versions hold", "tokens"),
+    ("hsstore_store_bytes", "bytes the stored versions' tensors hold before compression", "bytes"),
+    ("hsstore_store_flagged_entries", "versions the content checks found unusual", "flagged"),
+    ("hsstore_store_damaged_entries", "versions whose stored bytes a check found changed", "damaged"),
+    ("hsstore_store_suspect_entries", "imports found wrong, suspect by their run, or never vetted", "suspect"),
+)
+_SPACE = ["model_revision", "backend", "featureset"]
+
+
+class StoreCollector(Collector):
+    """What the store holds, read at each scrape from the tallies the catalog keeps current (a row per key space,
+    never a scan of the versions), and whether the catalog answered."""
+
+    def __init__(self, tallies: StoreTallies) -> None:
+        self.tallies = tallies
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            tallies, up = self.tallies.tallies(), 1
+        except Exception:  # a scrape during an outage says so, and answers
+            tallies, up = [], 0
+        yield GaugeMetricFamily("hsstore_catalog_up", "whether the catalog answered this scrape", value=up)
+        for name, help_text, part in _STORE_GAUGES:
+            gauge = GaugeMetricFamily(name, help_text, labels=_SPACE)
+            for tally in tallies:
+                gauge.add_metric([tally.model_revision, tally.backend, tally.featureset_id], getattr(tally, part))
+            yield gauge
 
 
 class MetricsMiddleware:

@@ -21,6 +21,11 @@ from service.errors import InvalidRequest
 
 T = TypeVar("T")
 R = TypeVar("R")
+# a page's cursor, as every paged listing takes it: the `next_cursor` the page before handed out
+Cursor = Annotated[
+    str | None,
+    Query(description="next_cursor of the previous page", json_schema_extra={"pattern": keys.CURSOR.pattern}),
+]
 
 
 def checked(check: Callable[[T], R], value: T | None) -> R | None:

@@ -1,6 +1,6 @@
 """The catalog: entry versions, warm jobs and a key/value table, each behind its own narrow protocol."""
 
-from service.catalog.protocol import JobStore, KeyValue, VersionCatalog
+from service.catalog.protocol import JobStore, KeyValue, VersionCatalog, VersionStore
 from service.catalog.sqlite import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog
 
 __all__ = [
@@ -11,4 +11,5 @@ __all__ = [
     "SqliteKeyValue",
     "SqliteVersionCatalog",
     "VersionCatalog",
+    "VersionStore",
 ]

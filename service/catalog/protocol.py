@@ -3,12 +3,14 @@ SQLite implements each today and Postgres will; `service/catalog/testing.py` hol
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import ItemState, JobState
 from service.catalog.job_records import JobItem, JobRecord, LeaseRecord, NewItem
+from service.catalog.version_records import StoredKey, Tally
 
 
 class VersionCatalog(Protocol):
@@ -17,11 +19,26 @@ class VersionCatalog(Protocol):
     def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
         """Record a version; returns the stored manifest (with `seq`) and whether it was new."""
 
+    def add_many(self, manifests: Iterable[Manifest], batch: int = 5_000) -> int:
+        """What `add` does for each, a batch to a transaction, without reading them back; how many were new."""
+
     def versions(self, key: EntryKey) -> list[Manifest]:
         """Every version of one entry, newest first."""
 
     def find(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
         """Versions matching `where` in insertion order, from just after `after_seq`."""
+
+    def find_documents(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[tuple[int, str]]:
+        """As `find`, each version's seq and manifest JSON, no model built (a listing page sent as it is)."""
+
+    def find_keys(self, where: EntryFilter, limit: int = 10_000, after_seq: int = 0) -> list[StoredKey]:
+        """As `find`, each version's whole key and tokens only (no manifest read): snapshots, counts."""
+
+    def sample(
+        self, where: EntryFilter, count: int, seed: int | None = None, accept: Callable[[Manifest], bool] | None = None
+    ) -> list[Manifest]:
+        """Up to `count` versions at random from the key spaces `where` names, at a cost that does not grow with the
+        catalog; `accept` turns a drawn one down."""
 
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
         """Attach the outcome of re-extracting one version; it shows in that version's manifest."""
@@ -35,17 +52,33 @@ class VersionCatalog(Protocol):
     def record_move(self, old_hash: str, prompt_hash: str) -> None:
         """Record that `old_hash` (the rule before the normal form) names `prompt_hash` now."""
 
-    def count(self) -> int: ...
-
     def ping(self) -> None:
         """Raise if the catalog cannot be reached."""
+
+
+class StoreTallies(Protocol):
+    """What the store holds, kept current as versions are added and marked (never counted by a scan): what
+    `health`, the status of the store and `/metrics` read."""
+
+    def tallies(self) -> list[Tally]:
+        """Per key space: versions, tokens, bytes, and how many are flagged, damaged or suspect."""
+
+    def needing_attention(self, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
+        """Versions flagged, damaged or suspect, oldest first (read through an index of those alone)."""
+
+    def count(self) -> int: ...
+
+
+class VersionStore(VersionCatalog, StoreTallies, Protocol):
+    """What a catalog engine implements for versions: both parts, each held by the contract suite
+    (`service.catalog.testing.VersionCatalogTests`)."""
 
 
 class Jobs(Protocol):
     """Warm jobs and their items (one per sample and backend), so a restart resumes where the last process stopped."""
 
-    def create_job(self, job: JobRecord, items: list[NewItem]) -> None:
-        """The job and all its items, in one transaction."""
+    def create_job(self, job: JobRecord, items: Iterable[NewItem]) -> None:
+        """The job and all its items, in one transaction (the items read once, as they come)."""
 
     def get_job(self, job_id: str) -> JobRecord | None: ...
 

@@ -15,16 +15,22 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas.manifest import Manifest
-from schemas.prompt_hash import prompt_hash, sample_identity
-from service.catalog.version_rows import RECORD_MOVE, document_of
+from schemas.prompt_hash import prompt_hash, prompt_hash_as_sent, sample_identity
+from service.catalog.version_rows import RECORD_MOVE
 
 _BATCH = 5_000  # rows read at a time: the migration's memory stays bounded at any catalog size
 
 
+def v1_document(manifest: Manifest) -> str:
+    """The first schema's `versions.manifest`: the whole manifest but what the catalog adds (this step's only)."""
+    return manifest.model_copy(update={"seq": None, "audit": None, "integrity": None}).model_dump_json()
+
+
 def rekeyed(manifest: Manifest) -> Manifest | None:
-    """The manifest under its sample's key today, or None if it is already there."""
+    """The manifest under its sample's key today, or None if it is already there (or was never keyed by its
+    sample under either rule: nothing to say where it belongs)."""
     new = prompt_hash(manifest.sample)
-    if new == manifest.prompt_hash:
+    if new == manifest.prompt_hash or manifest.prompt_hash != prompt_hash_as_sent(manifest.sample):
         return None
     return manifest.model_copy(update={"prompt_hash": new, "sample": sample_identity(manifest.sample)})
 
@@ -57,7 +63,7 @@ def rekey_versions(mark: str) -> Callable[[Any], None]:
                 if twin is None:
                     conn.execute(
                         sql("UPDATE versions SET prompt_hash = ?, manifest = ? WHERE seq = ?"),
-                        (moved.prompt_hash, document_of(moved), seq),
+                        (moved.prompt_hash, v1_document(moved), seq),
                     )
                 else:
                     if twin[1] is None and audit is not None:

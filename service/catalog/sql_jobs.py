@@ -4,9 +4,10 @@ claims items (the one statement the engines cannot share)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from schemas.keys import prefix_bounds
@@ -19,6 +20,11 @@ JOB_COLUMNS = (
     "busy_s, error, existing"
 )
 ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, completion_ids, completion_source"
+_BATCH = 5_000  # items inserted a statement at a time
+
+
+def _item_row(item: NewItem) -> tuple:
+    return item.index, item.backend, json.dumps(item.sample), item.prompt_hash, ItemState.PENDING, item.greedy_tokens
 
 
 class SqlJobStore(Dialect, ABC):
@@ -39,7 +45,13 @@ class SqlJobStore(Dialect, ABC):
     def _claiming(self) -> Any:
         """The connection a claim runs in (a transaction where the claim takes two statements)."""
 
-    def create_job(self, job: JobRecord, items: list[NewItem]) -> None:
+    def create_job(self, job: JobRecord, items: Iterable[NewItem]) -> None:
+        """The job and its items in one transaction, the items inserted a batch at a time as they come (a job of
+        10^6 samples is never a list in memory)."""
+        insert = self._sql(
+            "INSERT INTO job_items (job_id, idx, backend, sample, prompt_hash, state, greedy_tokens)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
         with self.db.transaction() as conn:
             conn.execute(
                 self._sql(
@@ -57,25 +69,11 @@ class SqlJobStore(Dialect, ABC):
                     job.created_at,
                 ),
             )
-            self._many(
-                conn,
-                self._sql(
-                    "INSERT INTO job_items (job_id, idx, backend, sample, prompt_hash, state, greedy_tokens)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)"
-                ),
-                [
-                    (
-                        job.id,
-                        i.index,
-                        i.backend,
-                        json.dumps(i.sample),
-                        i.prompt_hash,
-                        ItemState.PENDING,
-                        i.greedy_tokens,
-                    )
-                    for i in items
-                ],
-            )
+            total, pending = 0, iter(items)
+            while batch := list(itertools.islice(pending, _BATCH)):  # (itertools.batched: Python 3.12 on)
+                self._many(conn, insert, [(job.id, *_item_row(item)) for item in batch])
+                total += len(batch)
+            conn.execute(self._sql("UPDATE jobs SET items_total = ? WHERE id = ?"), (total, job.id))
 
     def get_job(self, job_id: str) -> JobRecord | None:
         with self.db.connection() as conn:
@@ -98,14 +96,21 @@ class SqlJobStore(Dialect, ABC):
         return [job_from_row(r) for r in rows]
 
     def job_counts(self, job_id: str) -> dict[str, int]:
+        """Kept current as items are finished: one row read, however many items the job has."""
         with self.db.connection() as conn:
-            rows = conn.execute(
-                self._sql("SELECT state, COUNT(*) FROM job_items WHERE job_id = ? GROUP BY state"), (job_id,)
-            ).fetchall()
-            fetched = conn.execute(
-                self._sql("SELECT COUNT(*) FROM job_items WHERE job_id = ? AND completion_ids IS NOT NULL"), (job_id,)
-            ).fetchone()[0]
-        return {**{state: int(count) for state, count in rows}, "completions_fetched": int(fetched)}
+            row = conn.execute(
+                self._sql("SELECT items_total, items_done, items_failed, completions_fetched FROM jobs WHERE id = ?"),
+                (job_id,),
+            ).fetchone()
+        if row is None:
+            return {"completions_fetched": 0}
+        total, done, failed, fetched = (int(n) for n in row)
+        return {
+            ItemState.PENDING: total - done - failed,
+            ItemState.DONE: done,
+            ItemState.FAILED: failed,
+            "completions_fetched": fetched,
+        }
 
     def job_errors(self, job_id: str, limit: int = 100) -> list[tuple[int, str, str, str]]:
         with self.db.connection() as conn:
@@ -215,25 +220,34 @@ class SqlJobStore(Dialect, ABC):
         worker: str | None = None,
     ) -> bool:
         holder = "" if worker is None else " AND lease_owner = ? AND lease_until >= {now}"
-        with self.db.writing() as conn:
+        counted = {ItemState.DONE: "items_done", ItemState.FAILED: "items_failed"}.get(state)
+        with self.db.transaction() as conn:
             cursor = conn.execute(
                 self._sql(
                     "UPDATE job_items SET state = ?, content_hash = ?, error = ?, lease_owner = NULL,"
-                    f" lease_until = NULL WHERE job_id = ? AND idx = ? AND backend = ?{holder}"
+                    f" lease_until = NULL WHERE job_id = ? AND idx = ? AND backend = ? AND state = ?{holder}"
                 ),
-                (state, content_hash, error, item.job_id, item.index, item.backend)
+                (state, content_hash, error, item.job_id, item.index, item.backend, ItemState.PENDING)
                 + ((worker,) if worker is not None else ()),
             )
-            return cursor.rowcount == 1
+            finished = cursor.rowcount == 1
+            if finished and counted is not None:
+                conn.execute(self._sql(f"UPDATE jobs SET {counted} = {counted} + 1 WHERE id = ?"), (item.job_id,))
+            return bool(finished)
 
     def set_completion(self, job_id: str, index: int, completion_ids: list[int], source: str) -> None:
         """A reference completion for sample `index` of a job, shared by all its backends."""
-        with self.db.writing() as conn:
-            conn.execute(
+        with self.db.transaction() as conn:
+            fetched = conn.execute(
                 self._sql(
                     "UPDATE job_items SET completion_ids = ?, completion_source = ? WHERE job_id = ? AND idx = ?"
+                    " AND completion_ids IS NULL"
                 ),
                 (json.dumps(completion_ids), source, job_id, index),
+            ).rowcount
+            conn.execute(
+                self._sql("UPDATE jobs SET completions_fetched = completions_fetched + ? WHERE id = ?"),
+                (fetched, job_id),
             )
 
     def fall_back_to_target(self, job_id: str, index: int) -> None:

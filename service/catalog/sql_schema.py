@@ -11,7 +11,10 @@ from dataclasses import asdict, dataclass
 @dataclass(frozen=True, slots=True)
 class SchemaDialect:
     if_not_exists: str  # SQLite's catalogs were made with it; Postgres' steps run once under a lock
+    if_exists: str
     serial: str  # an insertion-ordered integer key
+    small_serial: str  # an integer key of a small table (ids never reused need no AUTOINCREMENT there)
+    binary: str  # bytes: a hash's 32, a compressed document
     prefix_ops: str  # the index operator class that serves `LIKE 'prefix%'`
     boolean: str
     bigint: str
@@ -19,10 +22,24 @@ class SchemaDialect:
     references_jobs: str  # a job item's foreign key, where the engine holds it
 
 
-SQLITE = SchemaDialect("IF NOT EXISTS", "INTEGER PRIMARY KEY AUTOINCREMENT", "", "INTEGER", "INTEGER", "REAL", "")
+SQLITE = SchemaDialect(
+    "IF NOT EXISTS",
+    "IF EXISTS",
+    "INTEGER PRIMARY KEY AUTOINCREMENT",
+    "INTEGER PRIMARY KEY",
+    "BLOB",
+    "",
+    "INTEGER",
+    "INTEGER",
+    "REAL",
+    "",
+)
 POSTGRES = SchemaDialect(
     "",
+    "IF EXISTS",
     "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    "INTEGER GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    "BYTEA",
     "text_pattern_ops",
     "BOOLEAN",
     "BIGINT",
@@ -49,6 +66,56 @@ CREATE INDEX {if_not_exists} versions_content ON versions (content_hash {prefix_
 CREATE INDEX {if_not_exists} versions_created ON versions (created_at)
 """
 
+# Versions as they are kept since the size issue (#53): what repeats across rows stored once and referenced (a
+# key space: model revision, backend, featureset; a fingerprint; a prompt's sample), hashes as their 32 bytes, the
+# rest of the manifest compressed (`service/catalog/manifest_rows.py`), and what an operator asks often kept current
+# in `tallies` (per key space) instead of counted. `attention` marks a version flagged, damaged or suspect (bits of
+# `manifest_rows.Attention`); only those are in its partial index, so `health` lists them without a scan.
+NORMALIZED = """
+CREATE TABLE {if_not_exists} key_spaces (
+    id             {small_serial},
+    model_revision TEXT NOT NULL,
+    backend        TEXT NOT NULL,
+    featureset_id  TEXT NOT NULL,
+    featureset     TEXT NOT NULL,
+    UNIQUE (model_revision, backend, featureset_id)
+);
+CREATE TABLE {if_not_exists} fingerprints (
+    id       {small_serial},
+    digest   TEXT NOT NULL UNIQUE,
+    document TEXT NOT NULL
+);
+CREATE TABLE {if_not_exists} samples (
+    prompt_hash {binary} PRIMARY KEY,
+    sample      TEXT NOT NULL
+);
+CREATE TABLE {if_not_exists} entry_versions (
+    seq          {serial},
+    prompt_hash  {binary} NOT NULL,
+    space        INTEGER NOT NULL,
+    content_hash {binary} NOT NULL,
+    fingerprint  INTEGER NOT NULL,
+    num_tokens   INTEGER NOT NULL,
+    created_at   TEXT NOT NULL,
+    attention    INTEGER NOT NULL DEFAULT 0,
+    body         {binary} NOT NULL,
+    audit        TEXT,
+    integrity    TEXT,
+    UNIQUE (prompt_hash, space, content_hash)
+);
+CREATE INDEX {if_not_exists} entry_versions_content ON entry_versions (content_hash);
+CREATE INDEX {if_not_exists} entry_versions_space ON entry_versions (space, seq);
+CREATE INDEX {if_not_exists} entry_versions_attention ON entry_versions (seq) WHERE attention <> 0;
+CREATE TABLE {if_not_exists} tallies (
+    space    INTEGER PRIMARY KEY,
+    entries  {bigint} NOT NULL DEFAULT 0,
+    tokens   {bigint} NOT NULL DEFAULT 0,
+    bytes    {bigint} NOT NULL DEFAULT 0,
+    flagged  {bigint} NOT NULL DEFAULT 0,
+    damaged  {bigint} NOT NULL DEFAULT 0,
+    suspect  {bigint} NOT NULL DEFAULT 0
+)
+"""
 # a prompt hash of the rule before the normal form -> the key its sample has now (`service/catalog/rekey.py`)
 PROMPT_ALIASES = "CREATE TABLE {if_not_exists} prompt_aliases (old_hash TEXT PRIMARY KEY, prompt_hash TEXT NOT NULL)"
 
@@ -87,6 +154,22 @@ CREATE INDEX {if_not_exists} job_items_pending ON job_items (job_id, state)
 """
 JOB_LEASES = "ALTER TABLE job_items ADD COLUMN lease_owner TEXT; ALTER TABLE job_items ADD COLUMN lease_until {real}"
 JOBS_EXISTING = "ALTER TABLE jobs ADD COLUMN existing INTEGER NOT NULL DEFAULT 0"  # items found already stored
+
+# A job's counts kept current as its items are finished (a status poll reads one row, not 10^6 items), and the
+# index a claim reads in order: a job's pending items by backend and index, the first few without a sort
+JOB_TALLIES = """
+ALTER TABLE jobs ADD COLUMN items_total {bigint} NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN items_done {bigint} NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN items_failed {bigint} NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN completions_fetched {bigint} NOT NULL DEFAULT 0;
+UPDATE jobs SET
+    items_total = (SELECT COUNT(*) FROM job_items i WHERE i.job_id = jobs.id),
+    items_done = (SELECT COUNT(*) FROM job_items i WHERE i.job_id = jobs.id AND i.state = 'done'),
+    items_failed = (SELECT COUNT(*) FROM job_items i WHERE i.job_id = jobs.id AND i.state = 'failed'),
+    completions_fetched = (SELECT COUNT(*) FROM job_items i WHERE i.job_id = jobs.id AND i.completion_ids IS NOT NULL);
+DROP INDEX {if_exists} job_items_pending;
+CREATE INDEX {if_not_exists} job_items_claim ON job_items (job_id, state, backend, idx)
+"""
 
 KV = "CREATE TABLE {if_not_exists} kv (name TEXT PRIMARY KEY, value TEXT)"
 

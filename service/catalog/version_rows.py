@@ -1,121 +1,394 @@
-"""Versions as every catalog engine keeps them: one row per (entry key, content hash) with the manifest's JSON, the
-last audit and integrity check beside it. The columns, the filter, the statements and the row decoding are the same
-SQL everywhere but for the placeholder, so they live here once; an engine says only how it inserts."""
+"""Versions as every catalog engine keeps them (`sql_schema.NORMALIZED`, rows as `manifest_rows` lays them out): the
+statements, the filters and the tallies are the same SQL everywhere but for the placeholder, so they live here once;
+an engine says only how it inserts a row unless it is there.
+
+Every statement that names a key reads through an index, whatever the size of the table: an exact hash is an
+equality on its index, a hash prefix a range on it, and a listing's `seq > ?` is written `+seq > ?` beside a hash
+(SQLite would otherwise walk the rowid from the cursor, scanning the table for one prompt: 1.2 s a read at 10^6).
+`tests/service/catalog/test_query_plans.py` reads each statement's plan on both engines."""
 
 from __future__ import annotations
 
+import itertools
+import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from schemas.keys import EntryFilter, EntryKey, prefix_bounds
+from schemas.api import ListedKey
+from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
+from schemas.states import SUSPECT_AUDITS, Integrity
+from service.catalog.manifest_rows import (
+    Attention,
+    KeySpace,
+    VersionRow,
+    attention_of,
+    body_of,
+    content_bytes,
+    content_text,
+    count_into,
+    fingerprint_row,
+    hex_prefix_range,
+    prompt_bytes,
+    sample_of,
+    tally_of,
+)
 from service.catalog.sql_dialect import Dialect
+from service.catalog.version_records import StoredKey, Tally
 
-ROW = "SELECT seq, manifest, audit, integrity FROM versions"
-KEY_COLUMNS = ("prompt_hash", "model_revision", "backend", "featureset_id", "content_hash")
-# filter field -> column; the hashes match as prefixes
-_FILTER_COLUMNS = {
-    "prompt_hash": "prompt_hash",
-    "model_revision": "model_revision",
-    "backend": "backend",
-    "featureset_id": "featureset_id",
-    "content_hash": "content_hash",
-}
-_PREFIXED = ("prompt_hash", "content_hash")
-
-
-def manifest_of(seq: int, document: str, audit: str | None, integrity: str | None) -> Manifest:
-    """A `ROW` as the manifest readers see: the stored document with its seq, audit and integrity."""
-    update: dict[str, object] = {"seq": seq}
-    if audit is not None:
-        update["audit"] = AuditRecord.model_validate_json(audit)
-    if integrity is not None:
-        update["integrity"] = IntegrityRecord.model_validate_json(integrity)
-    return Manifest.model_validate_json(document).model_copy(update=update)
-
-
-def document_of(manifest: Manifest) -> str:
-    """What a row keeps: the manifest without what the catalog adds."""
-    return manifest.model_copy(update={"seq": None, "audit": None, "integrity": None}).model_dump_json()
-
-
+_ROW = (
+    "SELECT v.seq, v.prompt_hash, v.space, v.content_hash, v.fingerprint, v.created_at, v.body, v.audit, v.integrity,"
+    " s.sample FROM entry_versions v JOIN samples s ON s.prompt_hash = v.prompt_hash"
+)
+_KEY = "v.prompt_hash = ? AND v.space = ? AND v.content_hash = ?"
+# what rows reference, written once: the migration that moved the first schema's rows in writes them alike
+INSERT_SPACE = (
+    "INSERT INTO key_spaces (model_revision, backend, featureset_id, featureset) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT DO NOTHING"
+)
+SPACE_ID = "SELECT id FROM key_spaces WHERE model_revision = ? AND backend = ? AND featureset_id = ?"
+INSERT_FINGERPRINT = "INSERT INTO fingerprints (digest, document) VALUES (?, ?) ON CONFLICT DO NOTHING"
+FINGERPRINT_ID = "SELECT id FROM fingerprints WHERE digest = ?"
+INSERT_SAMPLE = "INSERT INTO samples (prompt_hash, sample) VALUES (?, ?) ON CONFLICT DO NOTHING"
 # an old prompt hash's alias, recorded once (the migration's re-keying and the rebuild's both record it)
 RECORD_MOVE = "INSERT INTO prompt_aliases (old_hash, prompt_hash) VALUES (?, ?) ON CONFLICT DO NOTHING"
-KEY_MATCH = " AND ".join(f"{column} = ?" for column in KEY_COLUMNS)
+TALLY = (
+    "INSERT INTO tallies (space, entries, tokens, bytes, flagged, damaged, suspect) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (space) DO UPDATE SET entries = tallies.entries + excluded.entries,"
+    " tokens = tallies.tokens + excluded.tokens, bytes = tallies.bytes + excluded.bytes,"
+    " flagged = tallies.flagged + excluded.flagged, damaged = tallies.damaged + excluded.damaged,"
+    " suspect = tallies.suspect + excluded.suspect"
+)
 
 
-def where_clause(where: EntryFilter, after_seq: int) -> tuple[str, list[object]]:
-    """The WHERE clause (and its parameters) of a filtered listing."""
-    clauses, params = ["seq > ?"], list[object]([after_seq])
-    for field, column in _FILTER_COLUMNS.items():
-        if (value := getattr(where, field)) is None:
-            continue
-        if field in _PREFIXED:  # a range keeps the index usable, as LIKE would not
-            clauses.append(f"{column} >= ? AND {column} < ?")
-            params.extend(prefix_bounds(value))
-        else:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if where.since is not None:
-        clauses.append("created_at >= ?")
-        params.append(where.since)
-    return " AND ".join(clauses), params
+def attention_delta(space: int, before: Attention, after: Attention) -> tuple[int, int, int, int, int, int, int]:
+    """A TALLY row moving one version of `space` from one attention to another."""
+    return (
+        space,
+        0,
+        0,
+        0,
+        *(int(bool(after & bit)) - int(bool(before & bit)) for bit in Attention),
+    )  # type: ignore[return-value]  # three bits, three counts
 
 
 class SqlVersionCatalog(Dialect, ABC):
-    """The statements of every engine's catalog but the insert, whose "added or already there" each says its way."""
+    """The statements of every engine's catalog but the insert, whose "added or already there" each says its way.
+    Key spaces and fingerprints never change once written: their rows are cached here by id and by content."""
 
     def __init__(self, db: Any) -> None:
         self.db = db
+        self._spaces: dict[int, KeySpace] = {}
+        self._space_ids: dict[tuple[str, str, str], int] = {}
+        self._fingerprints: dict[int, str] = {}
+        self._fingerprint_ids: dict[str, int] = {}
 
     @abstractmethod
-    def _insert(self, conn: Any, key: tuple, manifest: Manifest) -> bool:
-        """Insert the version unless its key is there; whether it was added."""
+    def _insert(self, conn: Any, values: tuple) -> bool:
+        """Insert the `entry_versions` row (its columns but seq, in table order from prompt_hash to body) unless
+        its key is there; whether it was added."""
 
-    def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
-        key = tuple(getattr(manifest, c) for c in KEY_COLUMNS)
+    @abstractmethod
+    def _insert_many(self, conn: Any, rows: list[tuple]) -> list[bool]:
+        """`_insert` for each row, in as few round trips as the engine allows; whether each was added."""
+
+    @abstractmethod
+    def _many(self, conn: Any, statement: str, rows: list[tuple]) -> None:
+        """One statement over many rows."""
+
+    # -- what rows reference ---------------------------------------------------------------------------------------
+    def _space_id(self, manifest: Manifest) -> int:
+        parts = (manifest.model_revision, manifest.backend, manifest.featureset_id)
+        if (known := self._space_ids.get(parts)) is not None:
+            return known
+        space = KeySpace.of(manifest)
         with self.db.writing() as conn:
-            added = self._insert(conn, key, manifest)
-            row = conn.execute(self._sql(f"{ROW} WHERE {KEY_MATCH}"), key).fetchone()
-        return manifest_of(*row), added
+            conn.execute(self._sql(INSERT_SPACE), (*parts, space.featureset))
+            row = conn.execute(self._sql(SPACE_ID), parts).fetchone()
+        self._space_ids[parts] = int(row[0])
+        return int(row[0])
+
+    def _fingerprint_id(self, manifest: Manifest) -> int:
+        digest, document = fingerprint_row(manifest.fingerprint)
+        if (known := self._fingerprint_ids.get(digest)) is not None:
+            return known
+        with self.db.writing() as conn:
+            conn.execute(self._sql(INSERT_FINGERPRINT), (digest, document))
+            row = conn.execute(self._sql(FINGERPRINT_ID), (digest,)).fetchone()
+        self._fingerprint_ids[digest] = int(row[0])
+        return int(row[0])
+
+    def _space(self, space: int) -> KeySpace:
+        if (known := self._spaces.get(space)) is None:
+            self._load_spaces()
+            known = self._spaces[space]
+        return known
+
+    def _load_spaces(self) -> None:
+        with self.db.connection() as conn:
+            rows = conn.execute("SELECT id, model_revision, backend, featureset_id, featureset FROM key_spaces")
+            for space, *parts in rows.fetchall():
+                self._spaces[int(space)] = KeySpace(*parts)
+                self._space_ids[(parts[0], parts[1], parts[2])] = int(space)
+
+    def _matching_spaces(self, where: EntryFilter) -> list[int] | None:
+        """The key spaces a filter's model revision, backend and featureset admit (None: it names none of them)."""
+        wanted = {
+            "model_revision": where.model_revision,
+            "backend": where.backend,
+            "featureset_id": where.featureset_id,
+        }
+        if all(value is None for value in wanted.values()):
+            return None
+        self._load_spaces()  # another process may have begun a key space since
+        return [
+            space
+            for space, parts in self._spaces.items()
+            if all(value is None or getattr(parts, name) == value for name, value in wanted.items())
+        ]
+
+    def _fingerprint(self, fingerprint: int) -> str:
+        if (known := self._fingerprints.get(fingerprint)) is None:
+            with self.db.connection() as conn:
+                row = conn.execute(self._sql("SELECT document FROM fingerprints WHERE id = ?"), (fingerprint,))
+                known = str(row.fetchone()[0])
+            self._fingerprints[fingerprint] = known
+        return known
+
+    def _manifests(self, rows: Iterable[tuple]) -> list[Manifest]:
+        read = [VersionRow(*row) for row in rows]
+        return [row.manifest(self._space(row.space), self._fingerprint(row.fingerprint)) for row in read]
+
+    # -- the protocol ------------------------------------------------------------------------------------------------
+    def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
+        space, fingerprint = self._space_id(manifest), self._fingerprint_id(manifest)
+        prompt, content = prompt_bytes(manifest.prompt_hash), content_bytes(manifest.content_hash)
+        attention = attention_of(manifest)
+        with self.db.transaction() as conn:
+            conn.execute(self._sql(INSERT_SAMPLE), (prompt, sample_of(manifest)))
+            values = (prompt, space, content, fingerprint, manifest.num_tokens, manifest.created_at, int(attention))
+            added = self._insert(conn, (*values, body_of(manifest)))
+            if added:
+                conn.execute(self._sql(TALLY), (space, *tally_of(manifest)))
+            row = conn.execute(self._sql(f"{_ROW} WHERE {_KEY}"), (prompt, space, content)).fetchone()
+        return self._manifests([row])[0], added
+
+    def _key_space(self, key: EntryKey) -> int | None:
+        """The key space of an entry key, if any version was ever stored under it."""
+        parts = (key.model_revision, key.backend, key.featureset_id)
+        if parts not in self._space_ids:
+            self._load_spaces()
+        return self._space_ids.get(parts)
+
+    def add_many(self, manifests: Iterable[Manifest], batch: int = 5_000) -> int:
+        """Versions added a batch to a transaction (a rebuild of 10^7 documents, a benchmark's store grown): what
+        `add` does for each, but for reading each one back. How many were new."""
+        added, pending = 0, iter(manifests)
+        while chunk := list(itertools.islice(pending, batch)):
+            spaces = [self._space_id(m) for m in chunk]
+            rows = [
+                (
+                    prompt_bytes(m.prompt_hash),
+                    space,
+                    content_bytes(m.content_hash),
+                    self._fingerprint_id(m),
+                    m.num_tokens,
+                    m.created_at,
+                    int(attention_of(m)),
+                    body_of(m),
+                )
+                for m, space in zip(chunk, spaces, strict=True)
+            ]
+            tallies: dict[int, list[int]] = {}
+            with self.db.transaction() as conn:
+                samples = [(row[0], sample_of(m)) for row, m in zip(rows, chunk, strict=True)]
+                self._many(conn, self._sql(INSERT_SAMPLE), samples)
+                for new, manifest, space in zip(self._insert_many(conn, rows), chunk, spaces, strict=True):
+                    if new:
+                        count_into(tallies, space, manifest)
+                        added += 1
+                for space, counts in tallies.items():  # one upsert a key space a batch
+                    conn.execute(self._sql(TALLY), (space, *counts))
+        return added
 
     def versions(self, key: EntryKey) -> list[Manifest]:
+        if (space := self._key_space(key)) is None:
+            return []
         with self.db.connection() as conn:
             rows = conn.execute(
-                self._sql(
-                    f"{ROW} WHERE prompt_hash = ? AND model_revision = ? AND backend = ? AND featureset_id = ?"
-                    " ORDER BY seq DESC"
-                ),
-                (key.prompt_hash, key.model_revision, key.backend, key.featureset_id),
+                self._sql(f"{_ROW} WHERE v.prompt_hash = ? AND v.space = ?"), (prompt_bytes(key.prompt_hash), space)
             ).fetchall()
-        return [manifest_of(*row) for row in rows]
+        return sorted(self._manifests(rows), key=lambda m: -(m.seq or 0))
 
     def find(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
-        clause, params = where_clause(where, after_seq)
+        return self._manifests(self._select(_ROW, where, limit, after_seq))
+
+    def find_documents(self, where: EntryFilter, limit: int = 100, after_seq: int = 0) -> list[tuple[int, str]]:
+        """As `find`, each version's seq and manifest JSON as its row's parts make it, no model built (a listing's
+        page, sent as it is: the manifests' validation is the client's, on receipt)."""
+        read = [VersionRow(*row) for row in self._select(_ROW, where, limit, after_seq)]
+        return [(row.seq, row.document(self._space(row.space), self._fingerprint(row.fingerprint))) for row in read]
+
+    def find_keys(self, where: EntryFilter, limit: int = 10_000, after_seq: int = 0) -> list[StoredKey]:
+        """As `find`, without reading a manifest: what a snapshot, a sample of versions or a count needs."""
+        rows = self._select(
+            "SELECT v.seq, v.prompt_hash, v.space, v.content_hash, v.num_tokens, v.created_at FROM entry_versions v",
+            where,
+            limit,
+            after_seq,
+        )
+        found = []
+        for seq, prompt, space, content, tokens, created_at in rows:
+            parts = self._space(space)
+            listed = ListedKey(
+                bytes(prompt).hex(),
+                content_text(content),
+                parts.model_revision,
+                parts.backend,
+                parts.featureset_id,
+                int(tokens),
+                created_at,
+            )
+            found.append(StoredKey(int(seq), listed))
+        return found
+
+    def _select(self, select: str, where: EntryFilter, limit: int, after_seq: int) -> list[tuple]:
+        """`select`'s rows (seq first) that `where` admits after `after_seq`, the first `limit` in seq order. Key
+        spaces are read one at a time, each in seq order from its (space, seq) index, and merged: an IN list would
+        have SQLite sort every version of them to return the first few."""
+        spaces = self._matching_spaces(where)
+        if spaces is not None and not spaces:
+            return []
+        hashed = where.prompt_hash is not None or where.content_hash is not None
+        rows: list[tuple] = []
         with self.db.connection() as conn:
-            rows = conn.execute(self._sql(f"{ROW} WHERE {clause} ORDER BY seq LIMIT ?"), (*params, limit)).fetchall()
-        return [manifest_of(*row) for row in rows]
+            for one in [spaces] if spaces is None or hashed else [[space] for space in spaces]:
+                text, params = self._where(where, one, hashed, after_seq)
+                statement = self._sql(f"{select} WHERE {text} ORDER BY v.seq LIMIT ?")
+                rows.extend(conn.execute(statement, (*params, limit)).fetchall())
+        return sorted(rows, key=lambda row: row[0])[:limit]
+
+    @staticmethod
+    def _where(where: EntryFilter, spaces: list[int] | None, hashed: bool, after_seq: int) -> tuple[str, list[object]]:
+        """The WHERE clause of a filtered listing over `spaces` (None: any) and its parameters."""
+        clauses = ["+v.seq > ?" if hashed else "v.seq > ?"]  # beside a hash, `+seq` keeps SQLite off the rowid walk
+        params: list[object] = [after_seq]
+        if spaces is not None:
+            clauses.append(f"v.space IN ({', '.join('?' * len(spaces))})" if len(spaces) > 1 else "v.space = ?")
+            params.extend(spaces)
+        for column, value in (
+            ("v.prompt_hash", where.prompt_hash),
+            ("v.content_hash", where.content_hash and where.content_hash.removeprefix("sha256:")),
+        ):
+            if value is None:
+                continue
+            if len(value) == 64:
+                clauses.append(f"{column} = ?")
+                params.append(bytes.fromhex(value))
+                continue
+            low, high = hex_prefix_range(value)
+            clauses.append(f"{column} >= ?" + ("" if high is None else f" AND {column} < ?"))
+            params.extend([low] if high is None else [low, high])
+        if where.since is not None:
+            clauses.append("v.created_at >= ?")
+            params.append(where.since)
+        return " AND ".join(clauses), params
 
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                self._sql(f"UPDATE versions SET audit = ? WHERE {KEY_MATCH}"),
-                (
-                    record.model_dump_json(),
-                    key.prompt_hash,
-                    key.model_revision,
-                    key.backend,
-                    key.featureset_id,
-                    content_hash,
-                ),
-            )
+        if (space := self._key_space(key)) is None:
+            return
+        match = (prompt_bytes(key.prompt_hash), space, content_bytes(content_hash))
+        suspect = record.status in SUSPECT_AUDITS
+        self._mark(_KEY, match, "audit", record.model_dump_json(), Attention.SUSPECT, suspect)
 
     def set_integrity(self, content_hash: str, record: IntegrityRecord | None) -> None:
-        with self.db.writing() as conn:
-            conn.execute(
-                self._sql("UPDATE versions SET integrity = ? WHERE content_hash = ?"),
-                (record.model_dump_json() if record is not None else None, content_hash),
+        damaged = record is not None and record.status == Integrity.CORRUPT
+        document = record.model_dump_json() if record is not None else None
+        self._mark(
+            "v.content_hash = ?", (content_bytes(content_hash),), "integrity", document, Attention.DAMAGED, damaged
+        )
+
+    def _mark(self, match: str, params: tuple, column: str, value: str | None, bit: Attention, on: bool) -> None:
+        """Set a record column of the matching versions and their attention bit, the tallies moved alike."""
+        with self.db.transaction() as conn:
+            rows = conn.execute(
+                self._sql(f"SELECT v.seq, v.space, v.attention FROM entry_versions v WHERE {match}"), params
+            ).fetchall()
+            for seq, space, attention in rows:
+                before = Attention(attention)
+                after = (before | bit) if on else (before & ~bit)
+                conn.execute(
+                    self._sql(f"UPDATE entry_versions SET {column} = ?, attention = ? WHERE seq = ?"),
+                    (value, int(after), seq),
+                )
+                if after != before:
+                    conn.execute(self._sql(TALLY), attention_delta(int(space), before, after))
+
+    def sample(
+        self, where: EntryFilter, count: int, seed: int | None = None, accept: Callable[[Manifest], bool] | None = None
+    ) -> list[Manifest]:
+        """Up to `count` versions drawn at random from the key spaces `where` names (its other parts are not read):
+        each draw a random seq within a key space's range, weighted by its tally, and the first version at or after
+        it read through the (space, seq) index. So a sample of 10^7 costs what one of 10^3 does; versions after a
+        gap in a key space's seqs are a little likelier. `accept` turns a drawn version down (drawing again)."""
+        rng = random.Random(seed)
+        spaces = self._matching_spaces(where)
+        weights = {t.space: t.entries for t in self._space_tallies() if spaces is None or t.space in spaces}
+        weights = {space: entries for space, entries in weights.items() if entries}
+        if not weights or count <= 0:
+            return []
+        chosen: dict[int, Manifest] = {}
+        with self.db.connection() as conn:
+            bounds = {
+                space: conn.execute(
+                    self._sql("SELECT MIN(seq), MAX(seq) FROM entry_versions WHERE space = ?"), (space,)
+                ).fetchone()
+                for space in weights
+            }
+        order, shares = list(weights), list(weights.values())
+        wanted = min(count, sum(shares))
+        for _ in range(8 * wanted + 64):  # enough draws for a sample of most of a small store, then stop
+            if len(chosen) >= wanted:
+                break
+            space = rng.choices(order, shares)[0]
+            low, high = bounds[space]
+            with self.db.connection() as conn:
+                row = conn.execute(
+                    self._sql(f"{_ROW} WHERE v.space = ? AND v.seq >= ? ORDER BY v.seq LIMIT 1"),
+                    (space, rng.randint(int(low), int(high))),
+                ).fetchone()
+            if row is None or row[0] in chosen:
+                continue
+            (manifest,) = self._manifests([row])
+            if accept is None or accept(manifest):
+                chosen[row[0]] = manifest
+        return [chosen[seq] for seq in sorted(chosen)]
+
+    def needing_attention(self, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
+        """Versions flagged, damaged or suspect, oldest first: read through the partial index of those alone."""
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                self._sql(f"{_ROW} WHERE v.attention <> 0 AND +v.seq > ? ORDER BY v.seq LIMIT ?"), (after_seq, limit)
+            ).fetchall()
+        return self._manifests(rows)
+
+    def tallies(self) -> list[Tally]:
+        return self._space_tallies()
+
+    def _space_tallies(self) -> list[Tally]:
+        with self.db.connection() as conn:
+            rows = conn.execute(
+                "SELECT t.space, t.entries, t.tokens, t.bytes, t.flagged, t.damaged, t.suspect FROM tallies t"
+                " ORDER BY t.space"
+            ).fetchall()
+        tallies = []
+        for space, *counts in rows:
+            parts = self._space(int(space))
+            tallies.append(
+                Tally(int(space), parts.model_revision, parts.backend, parts.featureset_id, *map(int, counts))
             )
+        return tallies
 
     def moved_to(self, prompt_hash: str) -> str | None:
         with self.db.connection() as conn:
@@ -130,7 +403,7 @@ class SqlVersionCatalog(Dialect, ABC):
 
     def count(self) -> int:
         with self.db.connection() as conn:
-            return int(conn.execute("SELECT COUNT(*) FROM versions").fetchone()[0])
+            return int(conn.execute("SELECT COALESCE(SUM(entries), 0) FROM tallies").fetchone()[0])
 
     def ping(self) -> None:
         self.db.ping()

@@ -1,14 +1,27 @@
 """Submitting, reading and cancelling warm jobs. Every sample is prepared (validated and tokenised) at submission,
 so a bad one is refused with a 4xx naming it and the job is never created; the job and all its items land in one
-transaction."""
+transaction. A job of 10^6 samples is read as it is prepared and inserted, in bounded memory; its counts are kept
+current, so a status poll reads one row."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 from schemas.featureset import FeatureSet
-from schemas.job_api import JobError, JobList, JobRequest, JobStatus, WorkerLease, WorkerList, greedy_tokens
+from schemas.job_api import (
+    MAX_JOB_SAMPLES,
+    JobError,
+    JobList,
+    JobOptions,
+    JobRequest,
+    JobStatus,
+    WorkerLease,
+    WorkerList,
+    greedy_tokens,
+)
 from schemas.keys import MIN_PREFIX
 from schemas.states import ItemState, JobState
 from schemas.timestamps import parse as parse_time
@@ -18,7 +31,7 @@ from service.catalog.protocol import JobStore
 from service.core.gpu_time.gate import configured
 from service.core.gpu_time.windows import Windows
 from service.core.write.prepare import RequestPreparer
-from service.errors import AmbiguousEntry, JobNotFound
+from service.errors import AmbiguousEntry, JobNotFound, TooLarge
 from service.model.loader import ModelSpec
 
 
@@ -30,34 +43,43 @@ class JobQueue:
         self.preparer = preparer
 
     def submit(self, request: JobRequest) -> JobStatus:
-        greedy = greedy_tokens(request.completion) if request.completion else None
-        prepared = self.preparer.prepare(
-            configured(self.spec), request.samples, request.featureset, request.backends, greedy
-        )
-        items: list[NewItem] = []
-        for index, sample in enumerate(prepared.samples):
-            completion = sample.parsed.sample.completion
-            wants_greedy = completion.greedy.max_new_tokens if completion and completion.greedy else None
-            items.extend(
-                NewItem(index, backend.value, sample.sample, sample.parsed.prompt_hash, wants_greedy)
-                for backend in prepared.backends
-            )
+        return self.submit_samples(request, lambda: iter(request.samples))
+
+    def submit_samples(self, options: JobOptions, samples: Callable[[], Iterator[Any]]) -> JobStatus:
+        """A job of the samples `samples()` yields (called twice: a JSONL upload is read as it is parsed, never held
+        as a list). Every sample is checked against the model first (validated and tokenised, a batch at a time,
+        nothing kept): a bad one is refused naming it, and no job is made. Then the job and its items land in one
+        transaction, the samples parsed again (no tokenising) as they are inserted."""
+        spec = configured(self.spec)
+        greedy = greedy_tokens(options.completion) if options.completion else None
+        featureset, backends = self.preparer.targets(spec, options.featureset, options.backends)
+        count = 0
+        for count, _ in enumerate(self.preparer.each(spec, samples(), greedy), 1):
+            if count > MAX_JOB_SAMPLES:
+                raise TooLarge(f"a job holds at most {MAX_JOB_SAMPLES:,} samples; split this one")
         job = JobRecord(
             id=uuid.uuid4().hex,
             state=JobState.QUEUED,
-            priority=request.priority,
-            run_now=request.run_now,
-            backends=[b.value for b in prepared.backends],
-            featureset=prepared.featureset.canonical(),
-            completion=request.completion,
+            priority=options.priority,
+            run_now=options.run_now,
+            backends=[b.value for b in backends],
+            featureset=featureset.canonical(),
+            completion=options.completion,
             created_at=utc_now(),
             started_at=None,
             finished_at=None,
             tokens=0,
             busy_s=0.0,
         )
-        self.jobs.create_job(job, items)
+        self.jobs.create_job(job, self._items(samples(), greedy, [b.value for b in backends]))
         return self.status(job.id)
+
+    def _items(self, samples: Iterator[Any], greedy: int | None, backends: list[str]) -> Iterator[NewItem]:
+        for index, raw in enumerate(samples):
+            sample, parsed = self.preparer.parsed(raw, index, greedy)
+            completion = parsed.sample.completion
+            wants_greedy = completion.greedy.max_new_tokens if completion and completion.greedy else None
+            yield from (NewItem(index, backend, sample, parsed.prompt_hash, wants_greedy) for backend in backends)
 
     def _job(self, job_id: str) -> JobRecord:
         """The job with this id, or with this unique prefix of an id (as listings print them)."""

@@ -8,6 +8,7 @@ Real Qwen3.5/3.6 checkpoints are `Qwen3_5ForConditionalGeneration`; `AutoModelFo
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from schemas.api import ModelInfo
 from schemas.backend import SINGLE_DEVICE, Backend
 from schemas.samples import ParsedSample
 from service.errors import ModelUnavailable
-from service.model.encode import EncodedPrompt, encode
+from service.model.encode import EncodedPrompt, encode, encode_many
 from service.model.fp8_weights import Fp8Scheme, load_fp8_linears
 from service.model.kernels import KernelSet
 from service.model.placement import devices_of, spread_layers
@@ -57,6 +58,10 @@ class ModelSpec:
     def encode(self, parsed: ParsedSample, max_tokens: int, index: int | None = None) -> EncodedPrompt:
         """Tokenise without the weights, so bad input is refused before any work."""
         return encode(parsed, self.tokenizer, self.vocab_size, max_tokens, index)
+
+    def encode_many(self, parsed: Sequence[ParsedSample], max_tokens: int, first: int = 0) -> list[EncodedPrompt]:
+        """`encode` for a batch, the tokenizer called once per kind (`samples[first + i]` in errors)."""
+        return encode_many(parsed, self.tokenizer, self.vocab_size, max_tokens, first)
 
     def info(self) -> ModelInfo:
         return ModelInfo(

@@ -15,9 +15,9 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import obstore
 from obstore.exceptions import AlreadyExistsError, BaseError, NotFoundError
@@ -31,6 +31,9 @@ from service.storage.layout import ShardedReads, chunk_shape, runs
 from service.storage.protocol import Stored
 from service.storage.shard_reader import shard_key
 from service.storage.shard_writer import encode_array
+
+if TYPE_CHECKING:
+    from obstore import GetOptions
 
 T = TypeVar("T")
 _GROUP = "zarr.json"
@@ -246,14 +249,25 @@ class ObjectZarrStore(ShardedReads):
         with contextlib.suppress(AlreadyExistsError):  # idempotent: one name, one document
             _calling(lambda: obstore.put(self.store, f"manifests/{name[:2]}/{name}.json", document, mode="create"))
 
-    def put_dataset(self, name: str, index: bytes) -> None:
+    def put_dataset(self, name: str, pieces: Iterable[bytes | memoryview]) -> None:
         self._writable()
-        with contextlib.suppress(AlreadyExistsError):  # idempotent: one name, one index
-            _calling(lambda: obstore.put(self.store, f"datasets/{name}.hsds", index, mode="create"))
+        if self.dataset_size(name) is not None:  # one name, one index (its id: the same bytes)
+            return
+        # a multipart upload (an object appears whole or not at all); it cannot be conditional, but a second writer
+        # of one name writes the same bytes
+        _calling(lambda: obstore.put(self.store, f"datasets/{name}.hsds", iter(pieces)))
 
-    def get_dataset(self, name: str) -> bytes | None:
+    def dataset_size(self, name: str) -> int | None:
         try:
-            return bytes(_calling(lambda: obstore.get(self.store, f"datasets/{name}.hsds").bytes()))
+            return int(_calling(lambda: obstore.head(self.store, f"datasets/{name}.hsds"))["size"])
+        except KeyError:
+            return None
+
+    def read_dataset(self, name: str, start: int = 0, length: int | None = None) -> bytes | None:
+        options: GetOptions = {"range": (start, start + length) if length is not None else {"offset": start}}
+        try:
+            got = _calling(lambda: obstore.get(self.store, f"datasets/{name}.hsds", options=options))
+            return bytes(got.bytes())
         except KeyError:
             return None
 

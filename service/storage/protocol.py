@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -105,11 +105,15 @@ class Documents(Protocol):
     def iter_manifests(self) -> Iterator[tuple[str, bytes]]:
         """Every manifest document as (the name it was put under, its bytes)."""
 
-    def put_dataset(self, name: str, index: bytes) -> None:
-        """Keep a dataset index under `name` (its id's hex): idempotent, one name one index."""
+    def put_dataset(self, name: str, pieces: Iterable[bytes | memoryview]) -> None:
+        """Keep a dataset index under `name` (its id's hex), its bytes the pieces one after another (streamed: an
+        index of 10^7 entries is 700 MB), written whole or not at all; idempotent, one name one index."""
 
-    def get_dataset(self, name: str) -> bytes | None:
-        """The dataset index kept under `name`, or None."""
+    def dataset_size(self, name: str) -> int | None:
+        """The size of the index kept under `name`, or None if there is none."""
+
+    def read_dataset(self, name: str, start: int = 0, length: int | None = None) -> bytes | None:
+        """`length` bytes (None: the rest) of the index kept under `name` from `start`, or None if there is none."""
 
 
 class BlobStore(Blobs, StoredChunks, Documents, Protocol):

@@ -149,10 +149,12 @@ class DocumentsTests:
     """`Documents`: manifests and dataset indexes, idempotent by name."""
 
     def test_dataset_indexes(self, store: Documents) -> None:
-        assert store.get_dataset("ab" * 32) is None
-        store.put_dataset("ab" * 32, b"HSDS one")
-        store.put_dataset("ab" * 32, b"HSDS one")
-        assert store.get_dataset("ab" * 32) == b"HSDS one"
+        assert store.read_dataset("ab" * 32) is None and store.dataset_size("ab" * 32) is None
+        pieces: list[bytes | memoryview] = [b"HSDS ", memoryview(b"one")]
+        store.put_dataset("ab" * 32, iter(pieces))  # pieces, read once
+        store.put_dataset("ab" * 32, [b"HSDS one"])
+        assert store.read_dataset("ab" * 32) == b"HSDS one" and store.dataset_size("ab" * 32) == 8
+        assert store.read_dataset("ab" * 32, 5) == b"one" and store.read_dataset("ab" * 32, 1, 3) == b"SDS"
 
     def test_manifest_documents(self, store: Documents) -> None:
         store.put_manifest("ab" * 32, b'{"a": 1}')

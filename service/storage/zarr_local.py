@@ -10,7 +10,7 @@ import json
 import mmap
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -214,15 +214,23 @@ class LocalZarrStore(ShardedReads):
             return
         atomic_write(final, document, staging_dir=self._tmp)
 
-    def put_dataset(self, name: str, index: bytes) -> None:
+    def put_dataset(self, name: str, pieces: Iterable[bytes | memoryview]) -> None:
         self._writable()
         final = self._datasets / f"{name}.hsds"
         if not final.exists():
-            atomic_write(final, index, staging_dir=self._tmp)
+            atomic_write(final, pieces, staging_dir=self._tmp)
 
-    def get_dataset(self, name: str) -> bytes | None:
+    def dataset_size(self, name: str) -> int | None:
         try:
-            return (self._datasets / f"{name}.hsds").read_bytes()
+            return (self._datasets / f"{name}.hsds").stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def read_dataset(self, name: str, start: int = 0, length: int | None = None) -> bytes | None:
+        try:
+            with (self._datasets / f"{name}.hsds").open("rb") as handle:
+                handle.seek(start)
+                return handle.read(-1 if length is None else length)
         except FileNotFoundError:
             return None
 

@@ -46,7 +46,7 @@ def test_a_dataset_names_exactly_its_versions(client: FeatureClient, stored: lis
         client.create_dataset("bad name!", chosen)
     answered = client._http.post("/v1/datasets", json={"name": "bad name!", "keys": chosen})
     assert answered.status_code == 422 and answered.json()["error"]["code"] == "invalid_request"
-    # a damaged index in the store is refused, never served
+    # a damaged index in the store is refused on receipt, never accepted
     path = settings.data_dir / "datasets" / f"{info.dataset_id.removeprefix('sha256:')}.hsds"
     damaged = bytearray(path.read_bytes())
     damaged[-2] ^= 1

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
+from fastapi.responses import StreamingResponse
 
 from schemas import datasets
 from schemas.api import DatasetInfo, DatasetRequest
@@ -41,6 +42,8 @@ def dataset_info(ref: str, store: DatasetsDep) -> DatasetInfo:
     summary="A dataset's index (`schemas/datasets.py`), by its id or its name; its id in X-Hsstore-Dataset-Id",
     responses={**binary("the index; sha256 over its bytes is its id", datasets.MEDIA_TYPE), **errors(401, 403, 404)},
 )
-def dataset_index(ref: str, store: DatasetsDep) -> Response:
-    index, body = store.load(ref)
-    return Response(body, media_type=datasets.MEDIA_TYPE, headers={datasets.ID_HEADER: index.dataset_id})
+def dataset_index(ref: str, store: DatasetsDep) -> StreamingResponse:
+    """Streamed a MB at a time from the store, read in a worker thread (an object store's GETs block)."""
+    dataset_id, size, pieces = store.pieces(ref)
+    headers = {datasets.ID_HEADER: dataset_id, "Content-Length": str(size)}
+    return StreamingResponse(pieces, media_type=datasets.MEDIA_TYPE, headers=headers)

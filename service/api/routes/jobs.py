@@ -7,12 +7,13 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from schemas.featureset import FeatureDtype, FeatureSet
-from schemas.job_api import JobList, JobRequest, JobStatus, WorkerList
-from schemas.jsonl import parse_jsonl
+from schemas.job_api import JobList, JobOptions, JobRequest, JobStatus, WorkerList
+from schemas.jsonl import JsonlError, iter_jsonl
 from schemas.validation import describe_errors
 from service.api.deps import JobsDep, ReadScope, Scope, SettingsDep, WriteScope
 from service.api.openapi import errors, json_body
 from service.errors import InvalidRequest
+from service.jobs.queue import JobQueue
 
 router = APIRouter(tags=["jobs"])
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
@@ -50,16 +51,17 @@ async def submit(
     try:
         if content_type in JSONL_TYPES:
             featureset = FeatureSet.from_params(layers or None, dtype, target_ids, top_k)
-            job = JobRequest(
-                samples=parse_jsonl(body, "the upload"),
+            options = JobOptions(
                 backends=backend or ["auto"],
                 featureset=featureset,
                 completion=completion,
                 priority=priority,
                 run_now=run_now,
             )
-        else:
-            job = JobRequest.model_validate_json(body)
+            if options.run_now:
+                Scope("admin")(request, settings)
+            return await _submit_jsonl(jobs, options, body)
+        job = JobRequest.model_validate_json(body)
     except ValidationError as exc:
         raise InvalidRequest(describe_errors(exc.errors(include_url=False, include_input=False))[:2000]) from None
     except ValueError as exc:  # JsonlError, a bad layer list or completion policy
@@ -67,6 +69,14 @@ async def submit(
     if job.run_now:
         Scope("admin")(request, settings)
     return await run_in_threadpool(jobs.submit, job)  # tokenising every sample is work: keep the loop free
+
+
+async def _submit_jsonl(jobs: JobQueue, options: JobOptions, body: bytes) -> JobStatus:
+    """Read as it is prepared, twice (checked, then stored): never a list of the upload's 10^6 samples."""
+    try:
+        return await run_in_threadpool(jobs.submit_samples, options, lambda: iter_jsonl(body, "the upload"))
+    except JsonlError as exc:
+        raise InvalidRequest(str(exc)[:2000]) from None
 
 
 @router.get("/v1/jobs", dependencies=[ReadScope], summary="List warm jobs", responses=errors(401, 403))

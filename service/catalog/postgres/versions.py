@@ -1,22 +1,34 @@
-"""Versions in Postgres: one row per (entry key, content hash), the manifest kept as its JSON text (byte for byte
-what was recorded) beside the key columns."""
+"""Versions in Postgres: the normalized rows of `version_rows`, inserted unless their key is there."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from schemas.manifest import Manifest
 from service.catalog.migrations import Step
+from service.catalog.normalize import normalize_versions
 from service.catalog.postgres.database import PostgresDatabase
 from service.catalog.rekey import rekey_versions
-from service.catalog.sql_schema import POSTGRES, PROMPT_ALIASES, VERSIONS, render
-from service.catalog.version_rows import SqlVersionCatalog, document_of
+from service.catalog.sql_schema import NORMALIZED, POSTGRES, PROMPT_ALIASES, VERSIONS, render
+from service.catalog.version_rows import SqlVersionCatalog
 
+# the copied versions keep their seq; the identity then starts after the last of them
+_PAST_THE_COPIED = (
+    "SELECT setval(pg_get_serial_sequence('entry_versions', 'seq'),"
+    " (SELECT COALESCE(MAX(seq), 0) + 1 FROM entry_versions), false)"
+)
 MIGRATIONS: list[Step] = [
     render(VERSIONS, POSTGRES),
     render(PROMPT_ALIASES, POSTGRES),
     rekey_versions("%s"),
+    render(NORMALIZED, POSTGRES),
+    normalize_versions("%s", overriding="OVERRIDING SYSTEM VALUE", after=_PAST_THE_COPIED),
 ]
+
+
+_INSERT = (
+    "INSERT INTO entry_versions (prompt_hash, space, content_hash, fingerprint, num_tokens, created_at, attention,"
+    " body) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq"
+)
 
 
 class PostgresVersionCatalog(SqlVersionCatalog):
@@ -26,10 +38,20 @@ class PostgresVersionCatalog(SqlVersionCatalog):
         super().__init__(db)
         db.migrate("versions", MIGRATIONS)
 
-    def _insert(self, conn: Any, key: tuple, manifest: Manifest) -> bool:
-        inserted = conn.execute(
-            "INSERT INTO versions (prompt_hash, model_revision, backend, featureset_id, content_hash, created_at,"
-            " manifest) VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING seq",
-            (*key, manifest.created_at, document_of(manifest)),
-        ).fetchone()
-        return inserted is not None
+    def _insert(self, conn: Any, values: tuple) -> bool:
+        return conn.execute(_INSERT, values).fetchone() is not None
+
+    def _insert_many(self, conn: Any, rows: list[tuple]) -> list[bool]:
+        """One pipelined batch (psycopg's executemany), each row's RETURNING read back: a round trip a batch."""
+        added = []
+        with conn.cursor() as cursor:
+            cursor.executemany(_INSERT, rows, returning=True)
+            while True:
+                added.append(cursor.fetchone() is not None)
+                if not cursor.nextset():
+                    break
+        return added
+
+    def _many(self, conn: Any, statement: str, rows: list[tuple]) -> None:
+        with conn.cursor() as cursor:
+            cursor.executemany(statement, rows)

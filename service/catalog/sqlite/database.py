@@ -73,7 +73,9 @@ class SqliteDatabase:
         """All of the block's statements, or none of them."""
         self._refuse_if_read_only()
         with self._lock:
-            self._db.execute("BEGIN")
+            # IMMEDIATE: the write lock first, waited for within the busy timeout; a deferred BEGIN that reads and
+            # then writes fails at once ("database is locked") when another process is writing
+            self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
             except BaseException:

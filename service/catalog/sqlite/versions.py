@@ -1,16 +1,16 @@
-"""Versions in SQLite: one row per (entry key, content hash), the manifest kept as JSON beside the key columns."""
+"""Versions in SQLite: the normalized rows of `version_rows`, inserted unless their key is there."""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Any
 
-from schemas.manifest import Manifest
 from service.catalog.migrations import Step
+from service.catalog.normalize import normalize_versions
 from service.catalog.rekey import rekey_versions
-from service.catalog.sql_schema import PROMPT_ALIASES, SQLITE, VERSIONS, render
+from service.catalog.sql_schema import NORMALIZED, PROMPT_ALIASES, SQLITE, VERSIONS, render
 from service.catalog.sqlite.database import SqliteDatabase
-from service.catalog.version_rows import SqlVersionCatalog, document_of
+from service.catalog.version_rows import SqlVersionCatalog
 
 
 def _add_record_columns(conn: sqlite3.Connection) -> None:
@@ -26,7 +26,15 @@ MIGRATIONS: list[Step] = [
     _add_record_columns,
     render(PROMPT_ALIASES, SQLITE),
     rekey_versions("?"),
+    render(NORMALIZED, SQLITE),
+    normalize_versions("?", overriding=""),  # an explicit seq is kept, and AUTOINCREMENT moves past it
 ]
+
+
+_INSERT = (
+    "INSERT OR IGNORE INTO entry_versions (prompt_hash, space, content_hash, fingerprint, num_tokens, created_at,"
+    " attention, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class SqliteVersionCatalog(SqlVersionCatalog):
@@ -34,10 +42,11 @@ class SqliteVersionCatalog(SqlVersionCatalog):
         super().__init__(db)
         db.migrate("versions", MIGRATIONS)
 
-    def _insert(self, conn: Any, key: tuple, manifest: Manifest) -> bool:
-        cursor = conn.execute(
-            "INSERT OR IGNORE INTO versions (prompt_hash, model_revision, backend, featureset_id, content_hash,"
-            " created_at, manifest) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (*key, manifest.created_at, document_of(manifest)),
-        )
-        return cursor.rowcount == 1
+    def _insert(self, conn: Any, values: tuple) -> bool:
+        return bool(conn.execute(_INSERT, values).rowcount == 1)
+
+    def _insert_many(self, conn: Any, rows: list[tuple]) -> list[bool]:
+        return [self._insert(conn, row) for row in rows]  # in-process: a statement costs microseconds
+
+    def _many(self, conn: Any, statement: str, rows: list[tuple]) -> None:
+        conn.executemany(statement, rows)

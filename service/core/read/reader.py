@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 from schemas import chunk_body, safetensors_body
-from schemas.api import EntriesPage
+from schemas.api import ListedKey
 from schemas.content_hash import content_hash
 from schemas.featureset import LayerId
 from schemas.http import BODY_FORMATS, FALLBACK, SERVED_HASH_HEADER, BodyFormat
@@ -253,14 +253,23 @@ class FeatureReader:
         )
         return safetensors_body.body_length(layout, metadata)
 
-    def entries(self, where: EntryFilter, limit: int, cursor: str | None) -> EntriesPage:
-        if cursor and not CURSOR.match(cursor):
-            raise InvalidRequest(f"cursor {cursor[:40]!r} is not one this service handed out")
-        after = int(cursor) if cursor else None
-        found = self.versions.find(where, limit=limit + 1, after_seq=after or 0)
+    def entries(self, where: EntryFilter, limit: int, cursor: str | None) -> tuple[list[str], str | None]:
+        """A page of the listing: each version's manifest JSON as the catalog keeps it, and the next page's cursor."""
+        found = self.versions.find_documents(where, limit=limit + 1, after_seq=_after(cursor))
         page = found[:limit]
-        next_cursor = str(page[-1].seq) if len(found) > limit and page else None
-        return EntriesPage(entries=page, next_cursor=next_cursor)
+        return [document for _, document in page], (str(page[-1][0]) if len(found) > limit and page else None)
+
+    def keys(self, where: EntryFilter, limit: int, cursor: str | None) -> tuple[list[ListedKey], str | None]:
+        """A page of the key listing (no manifest read), and the next page's cursor."""
+        found = self.versions.find_keys(where, limit=limit + 1, after_seq=_after(cursor))
+        page = found[:limit]
+        return [k.listed for k in page], (str(page[-1].seq) if len(found) > limit and page else None)
+
+
+def _after(cursor: str | None) -> int:
+    if cursor and not CURSOR.match(cursor):
+        raise InvalidRequest(f"cursor {cursor[:40]!r} is not one this service handed out")
+    return int(cursor) if cursor else 0
 
 
 @contextmanager

@@ -4,8 +4,11 @@ the model (or suspect) when its weights are at hand."""
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 
 from schemas.api import AuditReport, AuditResult, CompareReport, ExtractRequest
 from schemas.backend import UNKNOWN_BACKEND, Backend
@@ -14,7 +17,7 @@ from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import AuditRecord, Manifest
 from schemas.states import AuditStatus, CompletionSource, Integrity
 from schemas.timestamps import utc_now
-from service.catalog.protocol import VersionCatalog
+from service.catalog.protocol import VersionStore
 from service.core.gpu_time.gate import ExtractionGate, configured
 from service.core.read.comparison import compare_hidden_states
 from service.core.read.reader import FeatureReader
@@ -27,7 +30,7 @@ from service.extraction.extractor import Extractor
 from service.model.loader import ModelSpec
 from service.model.manager import ModelManager
 
-_EVERY = 1_000_000
+_PAGE = 1_000
 
 
 class Auditor:
@@ -35,7 +38,7 @@ class Auditor:
         self,
         reader: FeatureReader,
         writer: FeatureWriter,
-        versions: VersionCatalog,
+        versions: VersionStore,
         models: ModelManager[Extractor] | None,
         gate: ExtractionGate,
         preparer: RequestPreparer,
@@ -109,15 +112,27 @@ class Auditor:
         if imports:
             return self._audit_imports(sample, backend)
         available = set(spec.available_backends())
-        stored = self.versions.find(EntryFilter(model_revision=spec.revision, backend=backend), limit=_EVERY)
-        # an import is not re-extracted (nothing says what computed it): `imports` checks those
-        runnable = [m for m in stored if m.backend in available and m.fingerprint.imported_from is None]
-        chosen = random.Random(seed).sample(runnable, min(sample, len(runnable)))
+        stored = [
+            t for t in self.versions.tallies() if t.model_revision == spec.revision and backend in (None, t.backend)
+        ]
+        unrunnable = sum(t.entries for t in stored if t.backend not in available)
+        # drawn from the backends this host runs; an import is not re-extracted (nothing says what computed it):
+        # `imports` checks those
+        chosen = [
+            manifest
+            for run in sorted({t.backend for t in stored} & available)
+            for manifest in self.versions.sample(
+                EntryFilter(model_revision=spec.revision, backend=run),
+                sample,
+                seed,
+                accept=lambda m: m.fingerprint.imported_from is None,
+            )
+        ]
+        chosen = random.Random(seed).sample(chosen, min(sample, len(chosen)))
         results = []
         with models.using() as extractor:
             for manifest in chosen:
                 results.append(self._audit_one(spec, extractor, manifest))
-        unrunnable = len(stored) - len(runnable)
         return _report(results, unrunnable, f"{unrunnable} stored versions need a backend this host lacks")
 
     def _audit_one(self, spec: ModelSpec, extractor: Extractor, manifest: Manifest) -> AuditResult:
@@ -164,11 +179,21 @@ class Auditor:
         """The spot check of up to `sample` imports of this revision never checked against the model, suspect ones
         first, each read (and its stored bytes checked) first; the verdict is recorded on each version."""
         spec = configured(self.models).spec
-        stored = self.versions.find(EntryFilter(model_revision=spec.revision, backend=backend), limit=_EVERY)
-        imported = [m for m in stored if m.fingerprint.imported_from is not None]
-        marked = {AuditStatus.SUSPECT, AuditStatus.UNCHECKED}
-        due = [m for m in imported if m.audit is not None and m.audit.status in marked]
-        due += [m for m in imported if m.audit is None]
+
+        def ours(m: Manifest) -> bool:
+            imported = m.fingerprint.imported_from is not None
+            return imported and m.model_revision == spec.revision and backend in (None, m.backend)
+
+        marked_statuses = {AuditStatus.SUSPECT, AuditStatus.UNCHECKED}
+        # the marked ones first, all found through the index of what needs attention; then any never checked
+        marked = [
+            m
+            for m in _every(self.versions.needing_attention)
+            if ours(m) and m.audit is not None and m.audit.status in marked_statuses
+        ]
+        where = EntryFilter(model_revision=spec.revision, backend=backend)
+        never = (m for m in _every(partial(self.versions.find, where)) if ours(m) and m.audit is None)
+        due = marked[:sample] + list(itertools.islice(never, max(0, sample - len(marked))))
         results = []
         for manifest in due[:sample]:
             tensors = self.reader.read(manifest).tensors
@@ -183,8 +208,16 @@ class Auditor:
                     detail=agreement.describe(),
                 )
             )
-        left = len(due) - len(results)
-        return _report(results, left, f"{left} more imports are due a check (a larger sample checks them)")
+        left = max(0, len(marked) - sample)
+        return _report(results, left, f"{left} more marked imports are due a check (a larger sample checks them)")
+
+
+def _every(page: Callable[..., list[Manifest]]) -> Iterator[Manifest]:
+    """Every version a paged call (`find`, `needing_attention`) returns, a page at a time."""
+    after = 0
+    while found := page(limit=_PAGE, after_seq=after):
+        yield from found
+        after = found[-1].seq or after
 
 
 def _report(results: list[AuditResult], skipped: int, why_skipped: str) -> AuditReport:

@@ -42,7 +42,7 @@ from service.extraction.extractor import Extractor
 from service.model.manager import ModelManager
 
 SPOT_CHECK_TOKENS = 32
-_ALL = 1_000_000
+_PAGE = 1_000
 
 
 class Why(StrEnum):
@@ -196,15 +196,14 @@ class ImportChecks:
         run = self._run(run_id)
         run["failed"] = run["failed"] or detail
         self.kv.kv_set(_run_key(run_id), json.dumps(run))
-        where = EntryFilter(model_revision=model_revision)
-        unchecked = [
-            m
-            for m in self.versions.find(where, limit=_ALL)
-            if m.fingerprint.import_run == run_id and (m.audit is None or m.audit.status == AuditStatus.UNCHECKED)
-        ]
-        for manifest in unchecked:
-            self._record(manifest, AuditStatus.SUSPECT, f"not checked; its import run failed a check: {detail}")
-        return len(unchecked)
+        where, after, marked = EntryFilter(model_revision=model_revision), 0, 0
+        while page := self.versions.find(where, limit=_PAGE, after_seq=after):  # a page at a time: bounded memory
+            after = page[-1].seq or after
+            for m in page:
+                if m.fingerprint.import_run == run_id and (m.audit is None or m.audit.status == AuditStatus.UNCHECKED):
+                    self._record(m, AuditStatus.SUSPECT, f"not checked; its import run failed a check: {detail}")
+                    marked += 1
+        return marked
 
     def _run(self, run: str) -> dict[str, Any]:
         found = self.kv.kv_get(_run_key(run))

@@ -5,8 +5,8 @@ whole store remembers where it got to, so an interrupted one resumes."""
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 
 from schemas.api import VerifyReport, VerifyResult
 from schemas.content_hash import content_hash
@@ -14,15 +14,16 @@ from schemas.keys import EntryFilter
 from schemas.manifest import IntegrityRecord, Manifest
 from schemas.states import Integrity
 from schemas.timestamps import utc_now
-from service.catalog.protocol import KeyValue, VersionCatalog
+from service.catalog.protocol import KeyValue, VersionStore
 from service.storage.protocol import Blobs, Selection
 
 RESUME_AFTER = "verify.after_seq"  # the catalog position a scrub has checked up to
 _PAGE = 256
+_REMEMBERED = 10_000  # content hashes a pass remembers having checked (a few MB, whatever the store's size)
 
 
 class Verifier:
-    def __init__(self, store: Blobs, versions: VersionCatalog, kv: KeyValue) -> None:
+    def __init__(self, store: Blobs, versions: VersionStore, kv: KeyValue) -> None:
         self.store = store
         self.versions = versions
         self.kv = kv
@@ -51,16 +52,23 @@ class Verifier:
         on_checked: Callable[[int, int], None] | None = None,
     ) -> VerifyReport:
         """Check every version (from where the last scrub stopped, unless `restart`), or a random `sample` of them.
-        `on_checked(done, total)` follows progress."""
+        `on_checked(done, total)` follows progress. Versions are read a page at a time and a sample is drawn
+        through the catalog's index: memory stays bounded, and a sample costs the same in any size of store."""
         after = 0 if restart or sample is not None else int(self.kv.kv_get(RESUME_AFTER) or 0)
-        todo = self._versions(after)
         if sample is not None:
-            todo = random.Random(seed).sample(todo, min(sample, len(todo)))
+            chosen = self.versions.sample(EntryFilter(), sample, seed)
+            todo: Iterable[Manifest] = chosen
+            total = len(chosen)
+        else:
+            todo, total = self._every(after), self.versions.count()
         corrupt: list[VerifyResult] = []
-        checked_hashes: dict[str, IntegrityRecord] = {}  # a blob shared by several versions is read once
+        checked_hashes: OrderedDict[str, IntegrityRecord] = OrderedDict()  # a blob shared by versions read once
+        done = 0
         for done, manifest in enumerate(todo, 1):
             record = checked_hashes.get(manifest.content_hash) or self.check(manifest)
             checked_hashes[manifest.content_hash] = record
+            if len(checked_hashes) > _REMEMBERED:
+                checked_hashes.popitem(last=False)
             if record.status == Integrity.CORRUPT:
                 corrupt.append(
                     VerifyResult(
@@ -71,17 +79,15 @@ class Verifier:
                         detail=record.detail,
                     )
                 )
-            if sample is None:
+            if sample is None:  # every version: a blob's read costs far more than this write
                 self.kv.kv_set(RESUME_AFTER, str(manifest.seq))
             if on_checked is not None:
-                on_checked(done, len(todo))
+                on_checked(done, max(total, done))
         if sample is None:
             self.kv.kv_set(RESUME_AFTER, None)  # a whole pass done: the next one starts over
-        return VerifyReport(checked=len(todo), intact=len(todo) - len(corrupt), corrupt=corrupt, resumed_after=after)
+        return VerifyReport(checked=done, intact=done - len(corrupt), corrupt=corrupt, resumed_after=after)
 
-    def _versions(self, after: int) -> list[Manifest]:
-        found: list[Manifest] = []
+    def _every(self, after: int) -> Iterator[Manifest]:
         while page := self.versions.find(EntryFilter(), limit=_PAGE, after_seq=after):
-            found.extend(page)
+            yield from page
             after = page[-1].seq or after
-        return found

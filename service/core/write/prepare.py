@@ -4,7 +4,8 @@ is refused, naming it, before any work."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,8 @@ from schemas.samples import InvalidSampleError, ParsedSample, parse_sample
 from service.errors import InvalidRequest, InvalidSample
 from service.model.encode import EncodedPrompt
 from service.model.loader import ModelSpec
+
+_BATCH = 1024  # samples a tokenizer call
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,27 +47,50 @@ class RequestPreparer:
         greedy_tokens: int | None = None,
     ) -> Prepared:
         """`greedy_tokens`: give samples without a completion a greedy one of this many tokens (a job's policy)."""
+        featureset, resolved = self.targets(spec, featureset, backends)
+        return Prepared(featureset, resolved, list(self.each(spec, samples, greedy_tokens)))
+
+    def targets(
+        self, spec: ModelSpec, featureset: FeatureSet | None, backends: Sequence[str]
+    ) -> tuple[FeatureSet, list[Backend]]:
+        """The featureset (the model's default if none) and the backends, each checked against what this host
+        runs ("auto" resolved now, once)."""
         featureset = featureset or FeatureSet.default_for(spec.num_layers)
         try:
             featureset.check_against(spec.num_layers, spec.vocab_size)
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None
         resolved: list[Backend] = []
-        for name in backends:  # each must be one this host can run ("auto" is resolved now, once)
+        for name in backends:
             backend = spec.resolve_backend(name if name != AUTO else self.default_backend)
             if backend not in resolved:
                 resolved.append(backend)
-        prepared = [self.sample(spec, raw, index, greedy_tokens) for index, raw in enumerate(samples)]
-        return Prepared(featureset, resolved, prepared)
+        return featureset, resolved
+
+    def each(
+        self, spec: ModelSpec, samples: Iterable[Any], greedy_tokens: int | None = None, batch: int = _BATCH
+    ) -> Iterator[PreparedSample]:
+        """Each sample validated and tokenised, in order, a batch to one tokenizer call: a job of 10^6 samples is
+        prepared as it is read, never held whole."""
+        pending = enumerate(samples)
+        while chunk := list(itertools.islice(pending, batch)):
+            parsed = [self.parsed(raw, index, greedy_tokens) for index, raw in chunk]
+            encoded = spec.encode_many([p for _, p in parsed], self.max_sample_tokens, chunk[0][0])
+            yield from (PreparedSample(s, p, e) for (s, p), e in zip(parsed, encoded, strict=True))
 
     def sample(
         self, spec: ModelSpec, raw: Any, index: int | None = None, greedy_tokens: int | None = None
     ) -> PreparedSample:
+        sample, parsed = self.parsed(raw, index, greedy_tokens)
+        return PreparedSample(sample, parsed, spec.encode(parsed, self.max_sample_tokens, index))
+
+    @staticmethod
+    def parsed(raw: Any, index: int | None, greedy_tokens: int | None) -> tuple[Any, ParsedSample]:
+        """The sample as it is stored (a job's completion policy applied where it has none), validated."""
         sample = dict(raw) if isinstance(raw, dict) else raw
-        if greedy_tokens is not None and isinstance(sample, dict) and "completion" not in sample:
+        if greedy_tokens is not None and isinstance(sample, dict) and sample.get("completion") is None:
             sample["completion"] = {"greedy": {"max_new_tokens": greedy_tokens}}
         try:
-            parsed = parse_sample(sample, index)
+            return sample, parse_sample(sample, index)
         except InvalidSampleError as exc:
             raise InvalidSample(str(exc)) from None
-        return PreparedSample(sample, parsed, spec.encode(parsed, self.max_sample_tokens, index))

@@ -16,7 +16,7 @@ def stored_state(settings: Settings) -> tuple[int, list[Path]]:
     import sqlite3
 
     with sqlite3.connect(settings.catalog_path) as db:
-        rows = db.execute("SELECT COUNT(*) FROM versions").fetchone()[0]
+        rows = db.execute("SELECT COUNT(*) FROM entry_versions").fetchone()[0]
     blobs = [p for p in (settings.data_dir / "blobs").rglob("*") if p.is_file()]
     return rows, blobs
 

@@ -17,7 +17,7 @@ from service.catalog.postgres import kv as postgres_kv
 from service.catalog.postgres import versions as postgres_versions
 from service.catalog.sqlite import jobs as sqlite_jobs
 from service.catalog.sqlite import versions as sqlite_versions
-from service.catalog.testing import JobStoreTests, KeyValueTests, VersionCatalogTests
+from service.catalog.testing import JobStoreTests, KeyValueTests, VersionCatalogTests, manifest
 
 
 @pytest.fixture
@@ -124,8 +124,11 @@ def test_a_newer_schema_is_refused(postgres_url: str, tmp_path: Path) -> None:
 
 
 def test_a_sqlite_catalog_from_before_migrations_is_brought_up_to_date(tmp_path: Path) -> None:
-    """A catalog made before schema versions (no `hsstore_schema`, no audit/integrity columns) opens and migrates."""
+    """A catalog made before schema versions (no `hsstore_schema`, no audit/integrity columns) opens and migrates,
+    its version carried into the normalized tables."""
     import sqlite3
+
+    from service.catalog.rekey import v1_document
 
     path = tmp_path / "catalog.sqlite"
     old = sqlite3.connect(path)
@@ -135,16 +138,28 @@ def test_a_sqlite_catalog_from_before_migrations_is_brought_up_to_date(tmp_path:
         " NOT NULL, manifest TEXT NOT NULL, UNIQUE (prompt_hash, model_revision, backend, featureset_id,"
         " content_hash));"
     )
+    kept = manifest()
+    old.execute(
+        "INSERT INTO versions VALUES (7, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            *(getattr(kept, c) for c in ("prompt_hash", "model_revision", "backend", "featureset_id", "content_hash")),
+            kept.created_at,
+            v1_document(kept),
+        ),
+    )
+    old.commit()
     old.close()
     db = SqliteDatabase(path)
     versions = SqliteVersionCatalog(db)
     with db.connection() as conn:
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(versions)")}
-        assert {"audit", "integrity"} <= columns
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "versions" not in tables and {"entry_versions", "key_spaces", "samples", "tallies"} <= tables
         assert conn.execute(f"SELECT version FROM {TABLE} WHERE part = 'versions'").fetchone()[0] == len(
             sqlite_versions.MIGRATIONS
         )
-    assert versions.count() == 0
+    assert versions.count() == 1
+    assert versions.versions(kept.key) == [kept.model_copy(update={"seq": 7})]
+    assert versions.add(manifest(content="2"))[0].seq == 8  # numbering goes on after the carried version
     db.close()
 
 

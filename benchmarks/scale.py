@@ -1,0 +1,281 @@
+"""The store at the size of a real run (10^4 to 10^7 entries) on the embedded catalog (SQLite) and on Postgres: every
+operation the size issue names, measured from outside against `hsstore serve`, side by side with the store at its
+first size.
+
+The cheap honest way to a store of 10^7 entries: 64 real entries extracted with the tiny model (their blobs are
+there: reads of them read real bytes), then rows made from them through the catalog's own code (`add_many`: the
+same encoding, indexes and tallies as every write), each with a sample, prompt hash and content hash of its own. The
+point reads go to the real entries, which sit among the grown rows in every index. `verify --sample` draws from all
+rows; a grown row has no blob, so it is found missing (and marked damaged: the store is a throwaway).
+
+Per engine and size:
+  point reads     GET /v1/features/{prompt} (whole entry, verified by nothing here: the service's work) and HEAD
+                  (the resolution alone), p50/p99 over 200 requests each, one client
+  a write         POST /v1/extract of 4 new samples: the writer's checks per entry (its versions, corrupt marks)
+  health          `hsstore health` as a subprocess: wall
+  listing         the first 50,000 entries and 50,000 from the middle, streamed by `FeatureClient.entries`: entries/s
+  dataset create  every entry, on a freshly started server: wall, entries/s, the server's peak RSS
+  verify          `hsstore verify DATA_DIR --sample 200`: wall, peak RSS
+  catalog         its bytes on disk per entry, and per entry beyond the sample's own text
+With --job-samples N at the largest size: a warm job of N samples submitted as JSONL (wall, the server's peak RSS,
+the client's), and claims/s by 1, 8 and 32 claimer processes with it queued (Postgres), against a job of 1,000 in the
+store at its first size.
+
+    python benchmarks/scale.py --engines sqlite postgres --sizes 10000 100000 1000000 10000000 \\
+        --job-samples 1000000 --out benchmarks/results/scale-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx
+
+from schemas.manifest import Manifest
+from schemas.prompt_hash import prompt_hash
+
+ADMIN = os.environ.get("HSSTORE_TEST_POSTGRES", "postgresql://hsstore:hsstore@127.0.0.1:5432/postgres")
+REAL = 64
+READS = 200
+LISTED = 50_000
+_RSS = "import resource, runpy, sys; sys.argv = sys.argv[1:]\ntry:\n    runpy.run_module('hsstore.cli', run_name='__main__')\nfinally:\n    print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"  # noqa: E501
+
+
+def rss_peak_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Server:
+    """`hsstore serve` over the store, in its own process (its peak RSS is read from /proc)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = f"http://127.0.0.1:{env['HSSTORE_PORT']}"
+
+    def __enter__(self) -> Server:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hsstore.cli", "serve"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError("the server exited")
+            time.sleep(0.3)
+        raise RuntimeError("the server did not become ready")
+
+    def peak_rss_mb(self) -> float:
+        assert self.proc is not None
+        return rss_peak_mb(self.proc.pid)
+
+    def __exit__(self, *_: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+
+
+def cli(env: dict[str, str], *args: str) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (MB) and output of an `hsstore` command in its own process."""
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _RSS, *args], env=env, capture_output=True, text=True, timeout=7200)
+    wall = time.perf_counter() - started
+    peak = next((int(line.split()[1]) / 1024 for line in done.stderr.splitlines() if line.startswith("peak_rss_kb")), 0)
+    return wall, peak, done.stdout + done.stderr
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
+    }
+
+
+def grown(templates: list[Manifest], start: int, stop: int) -> Iterator[Manifest]:
+    """Rows `start`..`stop` made from the real entries: a sample, prompt hash and content hash of their own."""
+    for i in range(start, stop):
+        template = templates[i % len(templates)]
+        sample = {"text": f"def scale_{i}(x):\n    return x * {i % 977} + {i}\n"}
+        content = "sha256:" + hashlib.sha256(f"scale-content-{i}".encode()).hexdigest()
+        yield template.model_copy(
+            update={"sample": sample, "prompt_hash": prompt_hash(sample), "content_hash": content}
+        )
+
+
+def catalog_bytes(engine: str, settings: Any) -> tuple[int, float]:
+    """The catalog's bytes on disk, and the mean bytes of a stored sample's text."""
+    if engine == "sqlite":
+        import sqlite3
+
+        path = settings.catalog_path
+        size = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+        with sqlite3.connect(path) as conn:
+            sample = conn.execute("SELECT AVG(LENGTH(sample)) FROM samples").fetchone()[0]
+        return size, float(sample)
+    import psycopg
+
+    with psycopg.connect(settings.catalog_url) as conn:
+        size = conn.execute(
+            "SELECT SUM(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind = 'r'"
+        ).fetchone()[0]
+        sample = conn.execute("SELECT AVG(LENGTH(sample)) FROM samples").fetchone()[0]
+    return int(size), float(sample)
+
+
+def measure(size: int, env: dict[str, str], data_dir: Path, real: list[Manifest], engine: str, settings: Any) -> dict:
+    from client import FeatureClient
+
+    rng = random.Random(size)
+    row: dict[str, Any] = {"entries": size}
+    with Server(env) as server, FeatureClient(server.url, timeout=600) as client:
+        with httpx.Client(base_url=server.url, timeout=600) as http:
+            for name, method in (("get_features", "GET"), ("head_manifest", "HEAD")):
+                times = []
+                for _ in range(READS):
+                    key = rng.choice(real)
+                    params = {"backend": key.backend, "featureset": key.featureset_id}
+                    started = time.perf_counter()
+                    answered = http.request(method, f"/v1/features/{key.prompt_hash}", params=params)
+                    times.append(time.perf_counter() - started)
+                    assert answered.status_code == 200, answered.text[:300]
+                row[name] = percentiles(times)
+        fresh = [{"text": f"def written_{size}_{i}(x): return x - {i}\n"} for i in range(4)]
+        started = time.perf_counter()
+        client.extract(fresh)
+        row["extract_4_new_s"] = round(time.perf_counter() - started, 3)
+        for where, cursor in (("start", None), ("middle", str(size // 2))):
+            started, listed = time.perf_counter(), 0
+            while listed < LISTED:
+                page = client.entries_page(limit=1000, cursor=cursor)
+                listed += len(page.entries)
+                cursor = page.next_cursor
+                if cursor is None:
+                    break
+            wall = time.perf_counter() - started
+            row[f"listing_{where}"] = {"entries": listed, "entries_per_s": round(listed / wall)}
+        row["server_rss_mb_after_reads"] = round(server.peak_rss_mb(), 1)
+    wall, peak, said = cli(env, "health")
+    row["health"] = {"wall_s": round(wall, 3), "peak_rss_mb": round(peak, 1), "said": said.splitlines()[1:2]}
+    with Server(env) as server, FeatureClient(server.url, timeout=7200) as client:  # fresh: its peak is this call's
+        started = time.perf_counter()
+        info = client.create_dataset(f"everything-{size}-{uuid.uuid4().hex[:6]}")
+        wall = time.perf_counter() - started
+        row["dataset_create"] = {
+            "entries": info.entries,
+            "wall_s": round(wall, 2),
+            "entries_per_s": round(info.entries / wall),
+            "server_peak_rss_mb": round(server.peak_rss_mb(), 1),
+            "index_mb": round(info.bytes / 1e6, 1),
+        }
+    wall, peak, said = cli(env, "verify", str(data_dir), "--sample", "200", "--seed", "1")
+    row["verify_sample_200"] = {"wall_s": round(wall, 2), "peak_rss_mb": round(peak, 1)}
+    size_bytes, sample = catalog_bytes(engine, settings)
+    row["catalog"] = {
+        "bytes": size_bytes,
+        "bytes_per_entry": round(size_bytes / (size + REAL + 4)),
+        "mean_sample_bytes": round(sample),
+        "bytes_per_entry_beyond_sample": round(size_bytes / (size + REAL + 4) - sample),
+    }
+    print(json.dumps({engine: row}), flush=True)
+    return row
+
+
+def run_engine(engine: str, sizes: list[int], work: Path, job_samples: int) -> dict:
+    from service.main import build_services
+    from service.model.devmodel import build_devmodel
+    from service.settings import Settings
+
+    model = build_devmodel(work / "model")
+    data_dir = work / f"store-{engine}"
+    catalog_url = None
+    if engine == "postgres":
+        import psycopg
+
+        name = f"hsstore_scale_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(ADMIN, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        catalog_url = ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    settings = Settings(data_dir=data_dir, model_dir=model, device="cpu", catalog_url=catalog_url)
+    env = {
+        **os.environ,
+        "HSSTORE_DATA_DIR": str(data_dir),
+        "HSSTORE_MODEL_DIR": str(model),
+        "HSSTORE_DEVICE": "cpu",
+        "HSSTORE_PORT": str(18_900 + (engine == "postgres")),
+        "HSSTORE_URL": f"http://127.0.0.1:{18_900 + (engine == 'postgres')}",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        **({"HSSTORE_CATALOG_URL": catalog_url} if catalog_url else {}),
+    }
+    services = build_services(settings)
+    from schemas.api import ExtractRequest
+
+    rows, have, growth = [], REAL, []
+    with services.running(jobs=False):
+        samples = [{"text": f"def real_{i}(x):\n    return x ** {i % 5} + {i}\n" * (1 + i % 4)} for i in range(REAL)]
+        real = [r.manifest for r in services.writer.extract(ExtractRequest(samples=samples), run_now=True).results]
+        for size in sizes:
+            started = time.perf_counter()
+            services.versions.add_many(grown(real, have, size))
+            growth.append({"to": size, "wall_s": round(time.perf_counter() - started, 1)})
+            have = size
+            rows.append(measure(size, env, data_dir, real, engine, settings))
+    return {"engine": engine, "rows": rows, "growth": growth}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", nargs="+", default=["sqlite", "postgres"])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[10_000, 100_000, 1_000_000, 10_000_000])
+    parser.add_argument("--job-samples", type=int, default=0)
+    parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="hsstore-scale-"))
+    record: dict[str, Any] = {
+        "command": " ".join(["python", *sys.argv]),
+        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None,
+        "cpu": next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if "model name" in line
+            ),
+            None,
+        ),
+        "cores": os.cpu_count(),
+        "engines": [run_engine(engine, args.sizes, work, args.job_samples) for engine in args.engines],
+    }
+    print(json.dumps(record, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""How a version's manifest is kept in the catalog's rows, the same on every engine: what repeats across versions once
+(its key space: model revision, backend and featureset; its fingerprint; its prompt's sample), its hashes as their
+32 bytes, and the rest of the manifest (token counts, tensors with their chunk digests, layer statistics, flags) as
+compressed JSON. A row read back is the manifest that was added, field for field (the catalog suite holds it).
+
+Why: a manifest is ~2.6 KB of JSON on the tiny model, two thirds of it the fingerprint, featureset, key parts and
+sample every version of a prompt or of a run repeats; 10^7 versions kept whole took 30-46 GB."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from dataclasses import dataclass
+from enum import IntFlag
+
+from schemas.backend import Fingerprint
+from schemas.manifest import Manifest
+from schemas.tensors import DTYPES
+
+# the manifest's fields a row keeps in `body`; the others are columns or referenced rows (or the catalog's own)
+_ELSEWHERE = frozenset(
+    {
+        "prompt_hash",
+        "model_revision",
+        "backend",
+        "featureset",
+        "featureset_id",
+        "content_hash",
+        "sample",
+        "fingerprint",
+        "created_at",
+        "seq",
+        "audit",
+        "integrity",
+    }
+)
+BODY_FIELDS = frozenset(Manifest.model_fields) - _ELSEWHERE
+_LEVEL = 1  # zlib: JSON with hex digests shrinks to ~55% at level 1, in ~10 µs; higher levels save little more
+_CONTENT = "sha256:"
+
+
+class Attention(IntFlag):
+    """Why a version needs an operator's eye (`hsstore health`): a row's `attention` bits."""
+
+    FLAGGED = 1  # the content checks found it unusual
+    DAMAGED = 2  # a check of its stored bytes found them changed
+    SUSPECT = 4  # an import found wrong, suspect, or never checked against the model
+
+
+def attention_of(manifest: Manifest) -> Attention:
+    bits = Attention(0)
+    if manifest.content_flags:
+        bits |= Attention.FLAGGED
+    if manifest.corrupt:
+        bits |= Attention.DAMAGED
+    if manifest.suspect:
+        bits |= Attention.SUSPECT
+    return bits
+
+
+def prompt_bytes(prompt_hash: str) -> bytes:
+    return bytes.fromhex(prompt_hash)
+
+
+def content_bytes(content_hash: str) -> bytes:
+    return bytes.fromhex(content_hash.removeprefix(_CONTENT))
+
+
+def content_text(raw: bytes) -> str:
+    return _CONTENT + bytes(raw).hex()
+
+
+def hex_prefix_range(prefix: str) -> tuple[bytes, bytes | None]:
+    """[low, high) of the 32-byte hashes whose hex starts with `prefix` (high None: no upper bound)."""
+    low = bytes.fromhex(prefix + "0" * (len(prefix) % 2))
+    top = bytearray(bytes.fromhex(prefix + "f" * (len(prefix) % 2)))
+    while top and top[-1] == 0xFF:  # the next value after every string with this prefix: carry upwards
+        top.pop()
+    if not top:
+        return low, None
+    top[-1] += 1
+    return low, bytes(top)
+
+
+def logical_bytes(manifest: Manifest) -> int:
+    """What the version's tensors hold before compression (what a store of them holds: `tallies`)."""
+    total = 0
+    for info in manifest.tensors.values():
+        count = 1
+        for size in info.shape:
+            count *= size
+        total += count * DTYPES[info.dtype][0]
+    return total
+
+
+def tally_of(manifest: Manifest) -> tuple[int, int, int, int, int, int]:
+    """What one version adds to its key space's tally: itself, its tokens and bytes, and its attention bits."""
+    bits = attention_of(manifest)
+    flagged, damaged, suspect = (int(bool(bits & bit)) for bit in Attention)
+    return 1, manifest.num_tokens, logical_bytes(manifest), flagged, damaged, suspect
+
+
+def count_into(tallies: dict[int, list[int]], space: int, manifest: Manifest) -> None:
+    """Add one version's `tally_of` to a key space's running counts (a batch's, written with one upsert)."""
+    tally = tallies.setdefault(space, [0] * 6)
+    for position, count in enumerate(tally_of(manifest)):
+        tally[position] += count
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """A row of `key_spaces`: the parts of an entry key a version shares with every version of its run, and the
+    JSON fragment they are in a manifest."""
+
+    model_revision: str
+    backend: str
+    featureset_id: str
+    featureset: str  # the FeatureSet's JSON
+
+    @property
+    def fragment(self) -> str:
+        return (
+            f'"model_revision":{json.dumps(self.model_revision)},"backend":{json.dumps(self.backend)},'
+            f'"featureset_id":{json.dumps(self.featureset_id)},"featureset":{self.featureset}'
+        )
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> KeySpace:
+        return cls(
+            manifest.model_revision, manifest.backend, manifest.featureset_id, manifest.featureset.model_dump_json()
+        )
+
+
+def fingerprint_row(fingerprint: Fingerprint) -> tuple[str, str]:
+    """(digest, document) of a fingerprint: stored once under the digest of its JSON."""
+    document = fingerprint.model_dump_json()
+    return hashlib.sha256(document.encode()).hexdigest(), document
+
+
+def sample_of(manifest: Manifest) -> str:
+    return json.dumps(manifest.sample, ensure_ascii=False, separators=(",", ":"))
+
+
+def body_of(manifest: Manifest) -> bytes:
+    return zlib.compress(manifest.model_dump_json(include=set(BODY_FIELDS), exclude_defaults=True).encode(), _LEVEL)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRow:
+    """A row of `entry_versions` with what it references, as a read selects it."""
+
+    seq: int
+    prompt_hash: bytes
+    space: int
+    content_hash: bytes
+    fingerprint: int
+    created_at: str
+    body: bytes
+    audit: str | None
+    integrity: str | None
+    sample: str
+
+    def manifest(self, space: KeySpace, fingerprint: str) -> Manifest:
+        """The manifest, validated once from its spliced JSON (pydantic's parser does the whole document at once)."""
+        return Manifest.model_validate_json(self.document(space, fingerprint))
+
+    def document(self, space: KeySpace, fingerprint: str) -> str:
+        """The manifest's JSON spliced from the row's parts, validated by nothing (a listing sends it as it is: the
+        parts were a validated manifest when they were written)."""
+        rest = zlib.decompress(self.body).decode()
+        head = (
+            f'{{"seq":{self.seq},"prompt_hash":"{bytes(self.prompt_hash).hex()}",'
+            f'"content_hash":"{content_text(self.content_hash)}","created_at":{json.dumps(self.created_at)},'
+            f'{space.fragment},"fingerprint":{fingerprint},"sample":{self.sample}'
+        )
+        if self.audit is not None:
+            head += f',"audit":{self.audit}'
+        if self.integrity is not None:
+            head += f',"integrity":{self.integrity}'
+        return head + ("}" if rest == "{}" else "," + rest[1:])

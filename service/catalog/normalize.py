@@ -1,0 +1,107 @@
+"""The size migration: versions kept whole in the first schema's `versions` table (one manifest's JSON a row, ~2.6 KB
+on the tiny model) move into the normalized tables (`sql_schema.NORMALIZED`, rows as `manifest_rows` lays them out),
+keeping each version's seq (a listing's cursor still names the same place), its audit and integrity records, and
+counting the tallies as they go; then the old table is dropped. Keys, content hashes and manifests are unchanged
+(`tests/service/catalog/test_catalog_migrations.py` reads every version back, field for field, on both engines).
+
+It reads the old table a batch at a time (bounded memory at any size), in the migration's one transaction: a
+catalog of 10^6 versions takes a few minutes, once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
+from service.catalog.manifest_rows import (
+    KeySpace,
+    attention_of,
+    body_of,
+    content_bytes,
+    count_into,
+    fingerprint_row,
+    prompt_bytes,
+    sample_of,
+)
+from service.catalog.version_rows import (
+    FINGERPRINT_ID,
+    INSERT_FINGERPRINT,
+    INSERT_SAMPLE,
+    INSERT_SPACE,
+    SPACE_ID,
+    TALLY,
+)
+
+_BATCH = 5_000
+
+
+def normalize_versions(mark: str, overriding: str, after: str = "") -> Callable[[Any], None]:
+    """The step for an engine whose placeholder is `mark`, which keeps a given seq with `overriding` (Postgres'
+    `OVERRIDING SYSTEM VALUE`) and runs `after` once the rows are in (Postgres: the identity moved past them)."""
+
+    def sql(statement: str) -> str:
+        return statement.replace("?", mark)
+
+    def step(conn: Any) -> None:
+        spaces: dict[tuple[str, str, str], int] = {}
+        fingerprints: dict[str, int] = {}
+        tallies: dict[int, list[int]] = {}
+
+        def space_of(manifest: Manifest) -> int:
+            parts = (manifest.model_revision, manifest.backend, manifest.featureset_id)
+            if parts not in spaces:
+                conn.execute(sql(INSERT_SPACE), (*parts, KeySpace.of(manifest).featureset))
+                spaces[parts] = int(conn.execute(sql(SPACE_ID), parts).fetchone()[0])
+            return spaces[parts]
+
+        def fingerprint_of(manifest: Manifest) -> int:
+            digest, document = fingerprint_row(manifest.fingerprint)
+            if digest not in fingerprints:
+                conn.execute(sql(INSERT_FINGERPRINT), (digest, document))
+                fingerprints[digest] = int(conn.execute(sql(FINGERPRINT_ID), (digest,)).fetchone()[0])
+            return fingerprints[digest]
+
+        last = 0
+        while rows := conn.execute(
+            sql("SELECT seq, manifest, audit, integrity FROM versions WHERE seq > ? ORDER BY seq LIMIT ?"),
+            (last, _BATCH),
+        ).fetchall():
+            last = rows[-1][0]
+            for seq, document, audit, integrity in rows:
+                manifest = Manifest.model_validate_json(document).model_copy(
+                    update={
+                        "audit": AuditRecord.model_validate_json(audit) if audit else None,
+                        "integrity": IntegrityRecord.model_validate_json(integrity) if integrity else None,
+                    }
+                )
+                space, attention = space_of(manifest), attention_of(manifest)
+                prompt = prompt_bytes(manifest.prompt_hash)
+                conn.execute(sql(INSERT_SAMPLE), (prompt, sample_of(manifest)))
+                conn.execute(
+                    sql(
+                        "INSERT INTO entry_versions (seq, prompt_hash, space, content_hash, fingerprint, num_tokens,"
+                        f" created_at, attention, body, audit, integrity) {overriding}"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                    ),
+                    (
+                        seq,
+                        prompt,
+                        space,
+                        content_bytes(manifest.content_hash),
+                        fingerprint_of(manifest),
+                        manifest.num_tokens,
+                        manifest.created_at,
+                        int(attention),
+                        body_of(manifest),
+                        audit,
+                        integrity,
+                    ),
+                )
+                count_into(tallies, space, manifest)
+        for space, counts in tallies.items():
+            conn.execute(sql(TALLY), (space, *counts))
+        if after:
+            conn.execute(after)
+        conn.execute("DROP TABLE versions")
+
+    return step

@@ -1,0 +1,39 @@
+"""What a version catalog answers besides manifests: a version's key alone, and the tallies kept per key space."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.api import ListedKey
+from schemas.datasets import IndexRow
+
+
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What one key space holds, kept current as versions are added and marked."""
+
+    space: int
+    model_revision: str
+    backend: str
+    featureset_id: str
+    entries: int
+    tokens: int
+    bytes: int  # the tensors' bytes before compression
+    flagged: int
+    damaged: int
+    suspect: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredKey:
+    """A version as a snapshot names it, where the catalog keeps it: its seq (a listing's cursor) and its key as the
+    key listing names it (plain strings: a listing of 10^7 builds no model per row)."""
+
+    seq: int
+    listed: ListedKey
+
+    @property
+    def row(self) -> IndexRow:
+        """The version as a dataset index records it."""
+        k = self.listed
+        return k.prompt_hash, k.content_hash, k.num_tokens, k.model_revision, k.backend, k.featureset
