@@ -52,6 +52,8 @@ from schemas.prompt_hash import prompt_hash
 ADMIN = os.environ.get("HSSTORE_TEST_POSTGRES", "postgresql://hsstore:hsstore@127.0.0.1:5432/postgres")
 REAL = 64
 READS = 200
+CLAIMERS = (1, 8, 32)
+CLAIM_SECONDS = 15.0
 LISTED = 50_000
 _RSS = "import resource, runpy, sys; sys.argv = sys.argv[1:]\ntry:\n    runpy.run_module('hsstore.cli', run_name='__main__')\nfinally:\n    print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)"  # noqa: E501
 
@@ -207,6 +209,84 @@ def measure(size: int, env: dict[str, str], data_dir: Path, real: list[Manifest]
     return row
 
 
+_SUBMIT = """import resource, sys, time
+from client import FeatureClient
+body = open(sys.argv[2], "rb").read()
+started = time.perf_counter()
+with FeatureClient(sys.argv[1], timeout=7200) as client:
+    job = client.submit_job(jsonl=body)
+print("submitted", job.id, job.total, time.perf_counter() - started)
+print("peak_rss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+# A claimer: claims 8 items, finishes them, again, until the deadline or the queue is empty; prints how many it
+# claimed and for how long it found any
+_CLAIM = """import sys, time
+from schemas.states import ItemState
+from service.registry import build_catalog
+from service.settings import Settings
+_, _, jobs, _ = build_catalog(Settings.load(), read_only=False)
+job, worker, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+claimed, started = 0, time.monotonic()
+while time.monotonic() < started + seconds and (items := jobs.claim_items(job, worker, 8, lease_s=600)):
+    for item in items:
+        jobs.finish_item(item, ItemState.DONE, "sha256:" + "0" * 64, worker=worker)
+    claimed += len(items)
+print(claimed, time.monotonic() - started)
+"""
+
+
+def submit(env: dict[str, str], work: Path, samples: int) -> tuple[str, dict[str, Any]]:
+    """A warm job of `samples` JSONL samples, submitted by a client process to a server that runs no jobs (the
+    queue stays as it was submitted, for the claimers); the job's id and what submitting it took."""
+    upload = work / f"job-{samples}.jsonl"
+    upload.write_text("".join(json.dumps({"text": f"def job_{i}(x): return x + {i}"}) + "\n" for i in range(samples)))
+    with Server({**env, "HSSTORE_RUN_JOBS": "false"}) as server:
+        started = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", _SUBMIT, server.url, str(upload)], env=env, capture_output=True, text=True
+        )
+        wall = time.perf_counter() - started
+        said = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+        if "submitted" not in said:
+            raise RuntimeError(done.stderr[-2000:])
+        took = {
+            "samples": samples,
+            "submit_wall_s": round(wall, 1),
+            "server_peak_rss_mb": round(server.peak_rss_mb(), 1),
+            "client_peak_rss_mb": round(int(said["peak_rss_kb"]) / 1024, 1),
+        }
+    return said["submitted"].split()[0], took
+
+
+def claims_per_s(env: dict[str, str], job_id: str, count: int, seconds: float) -> float:
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CLAIM, job_id, f"claimer-{count}-{n}", str(seconds)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(count)
+    ]
+    said = [p.communicate()[0].split() for p in processes]
+    claimed, busy = sum(int(s[0]) for s in said), max(float(s[1]) for s in said)
+    return round(claimed / busy, 1)
+
+
+def jobs(env: dict[str, str], work: Path, samples: int, baseline: bool) -> dict:
+    """Claims/s by 1, 8 and 32 claimer processes (`CLAIM_SECONDS` each, or until the queue is empty): at the first
+    size a job of 1,000 samples of its own for each, at the last one job of `samples` (its submission measured)."""
+    row: dict[str, Any] = {"queued": samples, "claims_per_s": {}}
+    if not baseline:
+        job_id, row["submit"] = submit(env, work, samples)
+    for count in CLAIMERS:
+        if baseline:
+            job_id, _ = submit(env, work, samples)
+        row["claims_per_s"][str(count)] = claims_per_s(env, job_id, count, CLAIM_SECONDS)
+    print(json.dumps({"jobs": row}), flush=True)
+    return row
+
+
 def run_engine(engine: str, sizes: list[int], work: Path, job_samples: int) -> dict:
     from service.main import build_services
     from service.model.devmodel import build_devmodel
@@ -240,13 +320,17 @@ def run_engine(engine: str, sizes: list[int], work: Path, job_samples: int) -> d
     with services.running(jobs=False):
         samples = [{"text": f"def real_{i}(x):\n    return x ** {i % 5} + {i}\n" * (1 + i % 4)} for i in range(REAL)]
         real = [r.manifest for r in services.writer.extract(ExtractRequest(samples=samples), run_now=True).results]
+        queues = {}
         for size in sizes:
             started = time.perf_counter()
             services.versions.add_many(grown(real, have, size))
             growth.append({"to": size, "wall_s": round(time.perf_counter() - started, 1)})
             have = size
             rows.append(measure(size, env, data_dir, real, engine, settings))
-    return {"engine": engine, "rows": rows, "growth": growth}
+            if job_samples and size in (sizes[0], sizes[-1]):  # a small queue in the small store; the big ones
+                baseline = size == sizes[0]
+                queues[str(size)] = jobs(env, work, 1_000 if baseline else job_samples, baseline)
+    return {"engine": engine, "rows": rows, "growth": growth, "jobs": queues}
 
 
 def main() -> None:

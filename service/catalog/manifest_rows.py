@@ -143,7 +143,8 @@ def sample_of(manifest: Manifest) -> str:
 
 
 def body_of(manifest: Manifest) -> bytes:
-    return zlib.compress(manifest.model_dump_json(include=set(BODY_FIELDS), exclude_defaults=True).encode(), _LEVEL)
+    """Every body field, defaults too: the document a listing splices from the row is the whole manifest's JSON."""
+    return zlib.compress(manifest.model_dump_json(include=set(BODY_FIELDS)).encode(), _LEVEL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +175,5 @@ class VersionRow:
             f'"content_hash":"{content_text(self.content_hash)}","created_at":{json.dumps(self.created_at)},'
             f'{space.fragment},"fingerprint":{fingerprint},"sample":{self.sample}'
         )
-        if self.audit is not None:
-            head += f',"audit":{self.audit}'
-        if self.integrity is not None:
-            head += f',"integrity":{self.integrity}'
+        head += f',"audit":{self.audit or "null"},"integrity":{self.integrity or "null"}'
         return head + ("}" if rest == "{}" else "," + rest[1:])

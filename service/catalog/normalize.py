@@ -23,14 +23,8 @@ from service.catalog.manifest_rows import (
     prompt_bytes,
     sample_of,
 )
-from service.catalog.version_rows import (
-    FINGERPRINT_ID,
-    INSERT_FINGERPRINT,
-    INSERT_SAMPLE,
-    INSERT_SPACE,
-    SPACE_ID,
-    TALLY,
-)
+from service.catalog.references import FINGERPRINT_ID, INSERT_FINGERPRINT, INSERT_SPACE, SPACE_ID
+from service.catalog.version_rows import INSERT_SAMPLE, TALLY
 
 _BATCH = 5_000
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -142,6 +143,9 @@ class VersionCatalogTests:
         versions.set_audit(rich.key, rich.content_hash, audit)
         (again,) = open_versions().versions(rich.key)
         assert again == rich.model_copy(update={"seq": stored.seq, "integrity": record, "audit": audit})
+        # and a listing's document is the whole manifest's JSON, every field, defaults and nulls included
+        ((seq, document),) = versions.find_documents(EntryFilter(prompt_hash=rich.prompt_hash))
+        assert seq == stored.seq and json.loads(document) == json.loads(again.model_dump_json())
 
     def test_tallies_are_kept_as_versions_are_added_and_marked(self, open_versions: Callable[[], VersionStore]) -> None:
         versions = open_versions()

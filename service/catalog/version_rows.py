@@ -21,19 +21,18 @@ from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import SUSPECT_AUDITS, Integrity
 from service.catalog.manifest_rows import (
     Attention,
-    KeySpace,
     VersionRow,
     attention_of,
     body_of,
     content_bytes,
     content_text,
     count_into,
-    fingerprint_row,
     hex_prefix_range,
     prompt_bytes,
     sample_of,
     tally_of,
 )
+from service.catalog.references import References
 from service.catalog.sql_dialect import Dialect
 from service.catalog.version_records import StoredKey, Tally
 
@@ -42,14 +41,7 @@ _ROW = (
     " s.sample FROM entry_versions v JOIN samples s ON s.prompt_hash = v.prompt_hash"
 )
 _KEY = "v.prompt_hash = ? AND v.space = ? AND v.content_hash = ?"
-# what rows reference, written once: the migration that moved the first schema's rows in writes them alike
-INSERT_SPACE = (
-    "INSERT INTO key_spaces (model_revision, backend, featureset_id, featureset) VALUES (?, ?, ?, ?)"
-    " ON CONFLICT DO NOTHING"
-)
-SPACE_ID = "SELECT id FROM key_spaces WHERE model_revision = ? AND backend = ? AND featureset_id = ?"
-INSERT_FINGERPRINT = "INSERT INTO fingerprints (digest, document) VALUES (?, ?) ON CONFLICT DO NOTHING"
-FINGERPRINT_ID = "SELECT id FROM fingerprints WHERE digest = ?"
+# a prompt's sample, written once (the migration that moved the first schema's rows in writes it alike)
 INSERT_SAMPLE = "INSERT INTO samples (prompt_hash, sample) VALUES (?, ?) ON CONFLICT DO NOTHING"
 # an old prompt hash's alias, recorded once (the migration's re-keying and the rebuild's both record it)
 RECORD_MOVE = "INSERT INTO prompt_aliases (old_hash, prompt_hash) VALUES (?, ?) ON CONFLICT DO NOTHING"
@@ -62,27 +54,20 @@ TALLY = (
 )
 
 
-def attention_delta(space: int, before: Attention, after: Attention) -> tuple[int, int, int, int, int, int, int]:
-    """A TALLY row moving one version of `space` from one attention to another."""
-    return (
-        space,
-        0,
-        0,
-        0,
-        *(int(bool(after & bit)) - int(bool(before & bit)) for bit in Attention),
-    )  # type: ignore[return-value]  # three bits, three counts
+def attention_delta(space: int, before: Attention, after: Attention) -> tuple[int, ...]:
+    """A TALLY row moving one version of `space` from one attention to another: its flagged, damaged and suspect
+    counts by -1, 0 or +1, nothing else."""
+    moved = (int(bool(after & bit)) - int(bool(before & bit)) for bit in Attention)
+    return (space, 0, 0, 0, *moved)
 
 
 class SqlVersionCatalog(Dialect, ABC):
     """The statements of every engine's catalog but the insert, whose "added or already there" each says its way.
-    Key spaces and fingerprints never change once written: their rows are cached here by id and by content."""
+    What rows reference (key spaces, fingerprints) is `References`'."""
 
     def __init__(self, db: Any) -> None:
         self.db = db
-        self._spaces: dict[int, KeySpace] = {}
-        self._space_ids: dict[tuple[str, str, str], int] = {}
-        self._fingerprints: dict[int, str] = {}
-        self._fingerprint_ids: dict[str, int] = {}
+        self.refs = References(db, self._sql)
 
     @abstractmethod
     def _insert(self, conn: Any, values: tuple) -> bool:
@@ -98,71 +83,13 @@ class SqlVersionCatalog(Dialect, ABC):
         """One statement over many rows."""
 
     # -- what rows reference ---------------------------------------------------------------------------------------
-    def _space_id(self, manifest: Manifest) -> int:
-        parts = (manifest.model_revision, manifest.backend, manifest.featureset_id)
-        if (known := self._space_ids.get(parts)) is not None:
-            return known
-        space = KeySpace.of(manifest)
-        with self.db.writing() as conn:
-            conn.execute(self._sql(INSERT_SPACE), (*parts, space.featureset))
-            row = conn.execute(self._sql(SPACE_ID), parts).fetchone()
-        self._space_ids[parts] = int(row[0])
-        return int(row[0])
-
-    def _fingerprint_id(self, manifest: Manifest) -> int:
-        digest, document = fingerprint_row(manifest.fingerprint)
-        if (known := self._fingerprint_ids.get(digest)) is not None:
-            return known
-        with self.db.writing() as conn:
-            conn.execute(self._sql(INSERT_FINGERPRINT), (digest, document))
-            row = conn.execute(self._sql(FINGERPRINT_ID), (digest,)).fetchone()
-        self._fingerprint_ids[digest] = int(row[0])
-        return int(row[0])
-
-    def _space(self, space: int) -> KeySpace:
-        if (known := self._spaces.get(space)) is None:
-            self._load_spaces()
-            known = self._spaces[space]
-        return known
-
-    def _load_spaces(self) -> None:
-        with self.db.connection() as conn:
-            rows = conn.execute("SELECT id, model_revision, backend, featureset_id, featureset FROM key_spaces")
-            for space, *parts in rows.fetchall():
-                self._spaces[int(space)] = KeySpace(*parts)
-                self._space_ids[(parts[0], parts[1], parts[2])] = int(space)
-
-    def _matching_spaces(self, where: EntryFilter) -> list[int] | None:
-        """The key spaces a filter's model revision, backend and featureset admit (None: it names none of them)."""
-        wanted = {
-            "model_revision": where.model_revision,
-            "backend": where.backend,
-            "featureset_id": where.featureset_id,
-        }
-        if all(value is None for value in wanted.values()):
-            return None
-        self._load_spaces()  # another process may have begun a key space since
-        return [
-            space
-            for space, parts in self._spaces.items()
-            if all(value is None or getattr(parts, name) == value for name, value in wanted.items())
-        ]
-
-    def _fingerprint(self, fingerprint: int) -> str:
-        if (known := self._fingerprints.get(fingerprint)) is None:
-            with self.db.connection() as conn:
-                row = conn.execute(self._sql("SELECT document FROM fingerprints WHERE id = ?"), (fingerprint,))
-                known = str(row.fetchone()[0])
-            self._fingerprints[fingerprint] = known
-        return known
-
     def _manifests(self, rows: Iterable[tuple]) -> list[Manifest]:
         read = [VersionRow(*row) for row in rows]
-        return [row.manifest(self._space(row.space), self._fingerprint(row.fingerprint)) for row in read]
+        return [row.manifest(self.refs.space(row.space), self.refs.fingerprint(row.fingerprint)) for row in read]
 
     # -- the protocol ------------------------------------------------------------------------------------------------
     def add(self, manifest: Manifest) -> tuple[Manifest, bool]:
-        space, fingerprint = self._space_id(manifest), self._fingerprint_id(manifest)
+        space, fingerprint = self.refs.space_id(manifest), self.refs.fingerprint_id(manifest)
         prompt, content = prompt_bytes(manifest.prompt_hash), content_bytes(manifest.content_hash)
         attention = attention_of(manifest)
         with self.db.transaction() as conn:
@@ -174,25 +101,18 @@ class SqlVersionCatalog(Dialect, ABC):
             row = conn.execute(self._sql(f"{_ROW} WHERE {_KEY}"), (prompt, space, content)).fetchone()
         return self._manifests([row])[0], added
 
-    def _key_space(self, key: EntryKey) -> int | None:
-        """The key space of an entry key, if any version was ever stored under it."""
-        parts = (key.model_revision, key.backend, key.featureset_id)
-        if parts not in self._space_ids:
-            self._load_spaces()
-        return self._space_ids.get(parts)
-
     def add_many(self, manifests: Iterable[Manifest], batch: int = 5_000) -> int:
         """Versions added a batch to a transaction (a rebuild of 10^7 documents, a benchmark's store grown): what
         `add` does for each, but for reading each one back. How many were new."""
         added, pending = 0, iter(manifests)
         while chunk := list(itertools.islice(pending, batch)):
-            spaces = [self._space_id(m) for m in chunk]
+            spaces = [self.refs.space_id(m) for m in chunk]
             rows = [
                 (
                     prompt_bytes(m.prompt_hash),
                     space,
                     content_bytes(m.content_hash),
-                    self._fingerprint_id(m),
+                    self.refs.fingerprint_id(m),
                     m.num_tokens,
                     m.created_at,
                     int(attention_of(m)),
@@ -213,7 +133,7 @@ class SqlVersionCatalog(Dialect, ABC):
         return added
 
     def versions(self, key: EntryKey) -> list[Manifest]:
-        if (space := self._key_space(key)) is None:
+        if (space := self.refs.key_space(key)) is None:
             return []
         with self.db.connection() as conn:
             rows = conn.execute(
@@ -228,7 +148,9 @@ class SqlVersionCatalog(Dialect, ABC):
         """As `find`, each version's seq and manifest JSON as its row's parts make it, no model built (a listing's
         page, sent as it is: the manifests' validation is the client's, on receipt)."""
         read = [VersionRow(*row) for row in self._select(_ROW, where, limit, after_seq)]
-        return [(row.seq, row.document(self._space(row.space), self._fingerprint(row.fingerprint))) for row in read]
+        return [
+            (row.seq, row.document(self.refs.space(row.space), self.refs.fingerprint(row.fingerprint))) for row in read
+        ]
 
     def find_keys(self, where: EntryFilter, limit: int = 10_000, after_seq: int = 0) -> list[StoredKey]:
         """As `find`, without reading a manifest: what a snapshot, a sample of versions or a count needs."""
@@ -240,7 +162,7 @@ class SqlVersionCatalog(Dialect, ABC):
         )
         found = []
         for seq, prompt, space, content, tokens, created_at in rows:
-            parts = self._space(space)
+            parts = self.refs.space(space)
             listed = ListedKey(
                 bytes(prompt).hex(),
                 content_text(content),
@@ -257,7 +179,7 @@ class SqlVersionCatalog(Dialect, ABC):
         """`select`'s rows (seq first) that `where` admits after `after_seq`, the first `limit` in seq order. Key
         spaces are read one at a time, each in seq order from its (space, seq) index, and merged: an IN list would
         have SQLite sort every version of them to return the first few."""
-        spaces = self._matching_spaces(where)
+        spaces = self.refs.matching(where)
         if spaces is not None and not spaces:
             return []
         hashed = where.prompt_hash is not None or where.content_hash is not None
@@ -296,7 +218,7 @@ class SqlVersionCatalog(Dialect, ABC):
         return " AND ".join(clauses), params
 
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
-        if (space := self._key_space(key)) is None:
+        if (space := self.refs.key_space(key)) is None:
             return
         match = (prompt_bytes(key.prompt_hash), space, content_bytes(content_hash))
         suspect = record.status in SUSPECT_AUDITS
@@ -333,7 +255,7 @@ class SqlVersionCatalog(Dialect, ABC):
         it read through the (space, seq) index. So a sample of 10^7 costs what one of 10^3 does; versions after a
         gap in a key space's seqs are a little likelier. `accept` turns a drawn version down (drawing again)."""
         rng = random.Random(seed)
-        spaces = self._matching_spaces(where)
+        spaces = self.refs.matching(where)
         weights = {t.space: t.entries for t in self._space_tallies() if spaces is None or t.space in spaces}
         weights = {space: entries for space, entries in weights.items() if entries}
         if not weights or count <= 0:
@@ -384,7 +306,7 @@ class SqlVersionCatalog(Dialect, ABC):
             ).fetchall()
         tallies = []
         for space, *counts in rows:
-            parts = self._space(int(space))
+            parts = self.refs.space(int(space))
             tallies.append(
                 Tally(int(space), parts.model_revision, parts.backend, parts.featureset_id, *map(int, counts))
             )
