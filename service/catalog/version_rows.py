@@ -187,17 +187,22 @@ class SqlVersionCatalog(Dialect, ABC):
         with self.db.connection() as conn:
             for one in [spaces] if spaces is None or hashed else [[space] for space in spaces]:
                 text, params = self._where(where, one, hashed, after_seq)
-                statement = self._sql(f"{select} WHERE {text} ORDER BY v.seq LIMIT ?")
+                # beside a hash, the few rows it names are sorted: ordered by the seq's index, a LIMIT would walk it
+                order = "+v.seq" if hashed else "v.seq"
+                statement = self._sql(f"{select} WHERE {text} ORDER BY {order} LIMIT ?")
                 rows.extend(conn.execute(statement, (*params, limit)).fetchall())
         return sorted(rows, key=lambda row: row[0])[:limit]
 
     @staticmethod
     def _where(where: EntryFilter, spaces: list[int] | None, hashed: bool, after_seq: int) -> tuple[str, list[object]]:
         """The WHERE clause of a filtered listing over `spaces` (None: any) and its parameters."""
-        clauses = ["+v.seq > ?" if hashed else "v.seq > ?"]  # beside a hash, `+seq` keeps SQLite off the rowid walk
+        # Beside a hash, its index alone must be read: `+` keeps the cursor and the key space from being the index
+        # the planner walks instead (the table in seq order, or a key space's every version, for one prompt)
+        seq, space = ("+v.seq", "+v.space") if hashed else ("v.seq", "v.space")
+        clauses = [f"{seq} > ?"]
         params: list[object] = [after_seq]
         if spaces is not None:
-            clauses.append(f"v.space IN ({', '.join('?' * len(spaces))})" if len(spaces) > 1 else "v.space = ?")
+            clauses.append(f"{space} IN ({', '.join('?' * len(spaces))})" if len(spaces) > 1 else f"{space} = ?")
             params.extend(spaces)
         for column, value in (
             ("v.prompt_hash", where.prompt_hash),

@@ -119,6 +119,18 @@ def _plan(engine: str, db: Any, statement: str, params: tuple) -> str:
     return "\n".join(found)
 
 
+# the indexes that serve a statement naming a hash: the key's unique index (prompt hash first) and the content hash's
+_HASH_INDEXES = {
+    "sqlite": ("sqlite_autoindex_entry_versions_1", "entry_versions_content"),
+    "postgres": ("entry_versions_prompt_hash_space_content_hash_key", "entry_versions_content"),
+}
+
+
+def _by_hash(engine: str, plan: str) -> bool:
+    """Whether the plan reads the versions through a hash's index (not a key space's, not the table's order)."""
+    return any(index in plan for index in _HASH_INDEXES[engine])
+
+
 def _scans(engine: str, plan: str) -> list[str]:
     """The plan's lines that read the versions without a key: a full scan, or SQLite's walk in seq order (a scan of
     the partial index of the versions needing attention reads those alone)."""
@@ -139,8 +151,18 @@ def test_every_statement_that_names_a_key_reads_through_an_index(
     first = real[0]
     recording = Recording(versions.db)
     versions.db = recording
+    whole = FeatureKey(
+        prompt_hash=first.prompt_hash,
+        model_revision=first.model_revision,
+        backend=first.backend,
+        featureset_id=first.featureset_id,
+    )
     operations: dict[str, Callable[[], object]] = {
         "a read's resolution": lambda: versions.find(EntryFilter.of_key(FeatureKey(prompt_hash=first.prompt_hash))),
+        "a read naming every key part": lambda: versions.find(EntryFilter.of_key(whole)),
+        "a read naming its backend": lambda: versions.find(
+            EntryFilter.of_key(FeatureKey(prompt_hash=first.prompt_hash, backend=first.backend))
+        ),
         "an entry's versions (the writer's check)": lambda: versions.versions(first.key),
         "a prompt prefix (an id pasted back)": lambda: versions.find(EntryFilter(prompt_hash=first.prompt_hash[:10])),
         "a content hash (the writer's corrupt check)": lambda: versions.find(
@@ -171,3 +193,9 @@ def test_every_statement_that_names_a_key_reads_through_an_index(
                 continue
             plan = _plan(name, recording.db, statement, params)
             assert not _scans(name, plan), (operation, statement, plan)
+            if any(
+                f"{column} {op}" in statement
+                for column in ("v.prompt_hash", "v.content_hash")
+                for op in ("= ?", "= %s", ">=")
+            ):
+                assert _by_hash(name, plan), (operation, statement, plan)
