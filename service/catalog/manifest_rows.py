@@ -1,7 +1,7 @@
 """How a version's manifest is kept in the catalog's rows, the same on every engine: what repeats across versions once
 (its key space: model revision, backend and featureset; its fingerprint; its prompt's sample), its hashes as their
 32 bytes, and the rest of the manifest (token counts, tensors with their chunk digests, layer statistics, flags) as
-compressed JSON. A row read back is the manifest that was added, field for field (the catalog suite holds it).
+JSON deflated over a preset dictionary. A row read back is the manifest that was added, field for field (the catalog suite holds it).
 
 Why: a manifest is ~2.6 KB of JSON on the tiny model, two thirds of it the fingerprint, featureset, key parts and
 sample every version of a prompt or of a run repeats; 10^7 versions kept whole took 30-46 GB."""
@@ -36,8 +36,24 @@ _ELSEWHERE = frozenset(
     }
 )
 BODY_FIELDS = frozenset(Manifest.model_fields) - _ELSEWHERE
-_LEVEL = 1  # zlib: JSON with hex digests shrinks to ~55% at level 1, in ~10 µs; higher levels save little more
 _CONTENT = "sha256:"
+# A body is zlib's deflate at level 6 over a preset dictionary of what every manifest's JSON repeats (its keys, dtypes,
+# digest names, the usual shapes): 355 bytes on the tiny model's entries against 596 with no dictionary at level 1.
+# Its first byte names the dictionary: a body written with this one reads with it, whatever a later release adds.
+_BODY_V1 = 1
+_ZDICT_V1 = (
+    b'{"schema_version":1,"sample_id":null,"num_tokens":0,"prompt_tokens":0,"completion_tokens":0,'
+    b'"completion_source":null,"tensors":{"hidden_states":{"dtype":"bfloat16","shape":[0,5,64],"chunks":{"shape":'
+    b'[256,1,64],"digest":"blake3-128","digests":["'
+    b'"]}},"input_ids":{"dtype":"int32","shape":[0],"chunks":{"shape":[256],"digest":"blake3-128","digests":["'
+    b'"]}}},"chunks_digest":"blake3:","layer_stats":[{"layer":1,"mean":0.0,"std":0.0,"absmax":0.0},{"layer":2,'
+    b'"mean":-0.00,"std":0.,"absmax":1.},{"layer":"embed","mean":'
+    b'"target_ids":{"dtype":"int32","shape":[0],"chunks":{"shape":[256],"digest":"blake3-128","digests":["'
+    b'"loss_mask":{"dtype":"uint8","shape":[0],"chunks":{"shape":[256],"digest":"blake3-128","digests":["'
+    b'"hidden_scales":{"dtype":"float32","float8_e4m3fn","topk_ids","topk_logprobs","topk_mass","final_norm"],'
+    b'"content_flags":[]}'
+)
+_ZDICTS = {_BODY_V1: _ZDICT_V1}
 
 
 class Attention(IntFlag):
@@ -144,7 +160,15 @@ def sample_of(manifest: Manifest) -> str:
 
 def body_of(manifest: Manifest) -> bytes:
     """Every body field, defaults too: the document a listing splices from the row is the whole manifest's JSON."""
-    return zlib.compress(manifest.model_dump_json(include=set(BODY_FIELDS)).encode(), _LEVEL)
+    packer = zlib.compressobj(6, zdict=_ZDICT_V1)
+    raw = manifest.model_dump_json(include=set(BODY_FIELDS)).encode()
+    return bytes([_BODY_V1]) + packer.compress(raw) + packer.flush()
+
+
+def body_text(body: bytes) -> str:
+    """A body's JSON, unpacked with the dictionary its first byte names."""
+    unpacker = zlib.decompressobj(zdict=_ZDICTS[body[0]])
+    return (unpacker.decompress(body[1:]) + unpacker.flush()).decode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +193,7 @@ class VersionRow:
     def document(self, space: KeySpace, fingerprint: str) -> str:
         """The manifest's JSON spliced from the row's parts, validated by nothing (a listing sends it as it is: the
         parts were a validated manifest when they were written)."""
-        rest = zlib.decompress(self.body).decode()
+        rest = body_text(bytes(self.body))
         head = (
             f'{{"seq":{self.seq},"prompt_hash":"{bytes(self.prompt_hash).hex()}",'
             f'"content_hash":"{content_text(self.content_hash)}","created_at":{json.dumps(self.created_at)},'
