@@ -1,7 +1,8 @@
 """How a version's manifest is kept in the catalog's rows, the same on every engine: what repeats across versions once
 (its key space: model revision, backend and featureset; its fingerprint; its prompt's sample), its hashes as their
 32 bytes, and the rest of the manifest (token counts, tensors with their chunk digests, layer statistics, flags) as
-JSON deflated over a preset dictionary. A row read back is the manifest that was added, field for field (the catalog suite holds it).
+JSON deflated over a preset dictionary. A row read back is the manifest that was added, field for field (the catalog
+suite holds it).
 
 Why: a manifest is ~2.6 KB of JSON on the tiny model, two thirds of it the fingerprint, featureset, key parts and
 sample every version of a prompt or of a run repeats; 10^7 versions kept whole took 30-46 GB."""
