@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
+from schemas.keys import EntryFilter
 from schemas.manifest import Manifest
 from schemas.prompt_hash import prompt_hash
 
@@ -193,6 +194,10 @@ def measure(size: int, env: dict[str, str], data_dir: Path, real: list[Manifest]
                     break
             wall = time.perf_counter() - started
             row[f"listing_{where}"] = {"entries": listed, "entries_per_s": round(listed / wall)}
+        started, keyed = time.perf_counter(), 0
+        for _ in client.keys(page_size=10_000):  # the key listing: whole keys, no manifests, to the end
+            keyed += 1
+        row["key_listing"] = {"entries": keyed, "entries_per_s": round(keyed / (time.perf_counter() - started))}
         row["server_rss_mb_after_reads"] = round(server.peak_rss_mb(), 1)
     wall, peak, said = cli(env, "health")
     row["health"] = {"wall_s": round(wall, 3), "peak_rss_mb": round(peak, 1), "said": said.splitlines()[1:2]}
@@ -324,6 +329,9 @@ def run_engine(engine: str, sizes: list[int], work: Path, job_samples: int) -> d
         "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
         **({"HSSTORE_CATALOG_URL": catalog_url} if catalog_url else {}),
     }
+    (work / f"state-{engine}.json").write_text(
+        json.dumps({"data_dir": str(data_dir), "model_dir": str(model), "catalog_url": catalog_url, "env": env})
+    )
     services = build_services(settings)
     from schemas.api import ExtractRequest
 
@@ -344,6 +352,23 @@ def run_engine(engine: str, sizes: list[int], work: Path, job_samples: int) -> d
     return {"engine": engine, "rows": rows, "growth": growth, "jobs": queues}
 
 
+def remeasure(engine: str, size: int, work: Path) -> dict:
+    """The store an earlier run grew in `work`, measured again as it is (its catalog's URL from the state it left)."""
+    from service.main import build_services
+    from service.settings import Settings
+
+    state = json.loads((work / f"state-{engine}.json").read_text())
+    data_dir = Path(state["data_dir"])
+    settings = Settings(
+        data_dir=data_dir, model_dir=Path(state["model_dir"]), device="cpu", catalog_url=state["catalog_url"]
+    )
+    services = build_services(settings)
+    with services.running(jobs=False):
+        real = services.versions.find(EntryFilter(), limit=REAL)  # the real entries came first
+        row = measure(size, state["env"], data_dir, real, engine, settings)
+    return {"engine": engine, "rows": [row], "remeasured": True}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", nargs="+", default=["sqlite", "postgres"])
@@ -351,6 +376,11 @@ def main() -> None:
     parser.add_argument("--job-samples", type=int, default=0)
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--measure-only",
+        action="store_true",
+        help="measure the stores an earlier run grew in --work-dir at its last size again (no growth, no jobs)",
+    )
     args = parser.parse_args()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="hsstore-scale-"))
     record: dict[str, Any] = {
@@ -365,7 +395,12 @@ def main() -> None:
             None,
         ),
         "cores": os.cpu_count(),
-        "engines": [run_engine(engine, args.sizes, work, args.job_samples) for engine in args.engines],
+        "engines": [
+            remeasure(engine, args.sizes[-1], work)
+            if args.measure_only
+            else run_engine(engine, args.sizes, work, args.job_samples)
+            for engine in args.engines
+        ],
     }
     print(json.dumps(record, indent=1))
     if args.out:

@@ -193,11 +193,12 @@ def _runs_tasks(samples: ray.data.Dataset) -> bool:
 def _check_fits(concurrency: int | tuple[int, int], num_gpus: float, num_cpus: float, tasks: bool) -> None:
     """PoolDoesNotFit unless the running cluster can place the pool's smallest size, beside one task's CPU where the
     samples come through tasks (actors holding every CPU starve a file's reading tasks, and the stage hangs in
-    `backpressured:tasks(ResourceBudget)`). A cluster not started yet is not checked: Ray starts one for the host."""
+    `backpressured:tasks(ResourceBudget)`). A cluster not started yet is started now, as Ray Data would start it on
+    first use (`ray.init()`, which honours RAY_ADDRESS): the pool is checked against the cluster it will run on."""
     import ray
 
     if not ray.is_initialized():
-        return
+        ray.init()
     actors = concurrency if isinstance(concurrency, int) else concurrency[0]
     have = ray.cluster_resources()
     cpus, gpus = float(have.get("CPU", 0)), float(have.get("GPU", 0))
