@@ -1,9 +1,12 @@
 """Whether extracted features are the model's own forward of each sequence, and what each way of extracting costs, on
 one GPU at the 27B shape (random weights), 5 DFlash layers, fla, in one process:
 
-  identity    per length (64 to 16,384 tokens, multiples of 64 and not; all twelve extracted together, so they share
-              packs) and layer, the share of values equal to `model(input_ids, output_hidden_states=True)` of the
-              sequence alone, with layer 61's cosine minimum over tokens and largest absolute difference
+  identity    per length (1 to 20,000 tokens: multiples of 64 and not, both sides of 8,192 and of a pack's 16,384, and
+              one sequence longer than a pack; all extracted together, so they share packs) and layer, the share of
+              values equal to `model(input_ids, output_hidden_states=True)` of the sequence alone, with layer 61's
+              cosine minimum over tokens and largest absolute difference
+  orders      the same sequences extracted again in another order and other company (reversed, in two calls of
+              alternate sequences: other packs, other offsets), bit for bit against the first extraction
   throughput  each policy's lean extraction (forwards and the copy to host memory; no hashing or writing) of the two
               length mixes of benchmarks/extract.py, the policies interleaved round by round
   profile     where one short-mix pack's GPU time goes under the default policy
@@ -28,16 +31,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.extract import MIXES, lengths_totalling, profile_pack, random_ids
 from benchmarks.records import record_header
-from schemas.backend import Backend
+from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
+from schemas.lean_forward import attention_pinned
 from schemas.torch_tensors import to_torch
 from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
 from service.model.encode import EncodedPrompt
 from service.model.synthetic import build_synthetic
 
-LENGTHS = [64, 129, 200, 333, 700, 900, 1500, 1777, 2048, 3001, 4097, 16384]
+LENGTHS = [1, 17, 64, 129, 200, 333, 700, 900, 1500, 1777, 2048, 3001, 4097, 8191, 8192, 8193, 16383, 16384, 20000]
 
 
 def policies(pack_tokens: int) -> dict[str, PackPolicy | None]:
@@ -58,9 +62,39 @@ def extracted(extractor: Extractor, items: list, featureset: FeatureSet, pack: P
 
 
 def plain(model: torch.nn.Module, ids: list[int], layers: list[int]) -> torch.Tensor:
-    with torch.inference_mode():
+    """The model's own forward of the sequence alone, full attention on the kernel the fingerprint names."""
+    with torch.inference_mode(), attention_pinned(PINNED_ATTENTION):
         out = model(input_ids=torch.tensor([ids], device="cuda"), output_hidden_states=True, use_cache=False)
         return torch.stack([out.hidden_states[layer + 1][0] for layer in layers], dim=1).cpu()
+
+
+def layout(lengths: list[int], pack_tokens: int) -> list[list[tuple[int, int]]]:
+    """Each pack's (length, start) pairs: where a call puts each sequence."""
+    packs = plan_packs(lengths, PackPolicy(pack_tokens))
+    return [[(lengths[s.index], s.start) for s in pack.segments] for pack in packs]
+
+
+def orders(
+    extractor: Extractor, featureset: FeatureSet, sequences: list[list[int]], first: dict, pack_tokens: int
+) -> dict:
+    """The sequences again, reversed and in two calls of alternate ones: other packs and offsets, the same bits."""
+    reverse = list(reversed(range(len(sequences))))
+    calls = [reverse[0::2], reverse[1::2]]
+    again: dict[int, torch.Tensor] = {}
+    for call in calls:
+        items = [(encoded(sequences[i]), str(len(sequences[i]))) for i in call]
+        for position, features in extracted(extractor, items, featureset, PackPolicy(pack_tokens)).items():
+            again[call[position]] = features
+    equal = {
+        str(len(sequences[i])): bool(torch.equal(first[i].view(torch.int16), again[i].view(torch.int16)))
+        for i in range(len(sequences))
+    }
+    return {
+        "first_layout": layout([len(s) for s in sequences], pack_tokens),
+        "second_layouts": [layout([len(sequences[i]) for i in call], pack_tokens) for call in calls],
+        "bit_equal_by_length": equal,
+        "all_bit_equal": all(equal.values()),
+    }
 
 
 def identity(extractor: Extractor, featureset: FeatureSet, layers: list[int], pack_tokens: int) -> dict:
@@ -68,6 +102,8 @@ def identity(extractor: Extractor, featureset: FeatureSet, layers: list[int], pa
     sequences = random_ids(LENGTHS, vocab, seed=7)
     items = [(encoded(ids), str(len(ids))) for ids in sequences]
     by_policy = {name: extracted(extractor, items, featureset, pack) for name, pack in policies(pack_tokens).items()}
+    in_two_orders = orders(extractor, featureset, sequences, by_policy["own-rows packs"], pack_tokens)
+    print(json.dumps({"all_bit_equal": in_two_orders["all_bit_equal"]}), flush=True)
     rows = []
     for index, ids in enumerate(sequences):
         reference = plain(extractor.loaded.model, ids, layers)
@@ -83,7 +119,8 @@ def identity(extractor: Extractor, featureset: FeatureSet, layers: list[int], pa
             }
         rows.append(row)
         print(json.dumps(row), flush=True)
-    return {"by_length": rows}
+    exact = all(all(share == 1.0 for share in row["own-rows packs"]["equal_share_by_layer"].values()) for row in rows)
+    return {"by_length": rows, "own_rows_exact_at_every_length": exact, "two_orders": in_two_orders}
 
 
 def throughput(extractor: Extractor, featureset: FeatureSet, args: argparse.Namespace) -> dict:
@@ -132,6 +169,7 @@ def main() -> None:
     parser.add_argument("--long-tokens", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup-sequences", type=int, default=24)
+    parser.add_argument("--identity-only", action="store_true", help="no throughput or profile")
     parser.add_argument("--gpu-tests-log", type=Path, help="`pytest -rA` output of the gpu tests, to record")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -152,6 +190,8 @@ def main() -> None:
         record["gpu_tests_log_tail"] = args.gpu_tests_log.read_text().splitlines()[-40:]
     record["identity"] = identity(extractor, featureset, layers, args.pack_tokens)
     args.out.write_text(json.dumps(record, indent=2))  # each part as it ends: a run cut short keeps what it measured
+    if args.identity_only:
+        return
     record["throughput"] = throughput(extractor, featureset, args)
     args.out.write_text(json.dumps(record, indent=2))
     print(json.dumps({mix: record["throughput"][mix]["best_tok_s"] for mix in MIXES}), flush=True)
