@@ -89,8 +89,8 @@ class ExportedEntry(BaseModel):
     loss_mask: str  # "entry": the entry's own; "ones": the entry has none (no completion), all tokens train
 
 
-class ExportIndex(BaseModel):
-    """What an export holds, in whose convention: written last, so a directory with it is a complete export."""
+class ExportHeader(BaseModel):
+    """What an export holds but its entries: the convention, the revision, backend and featureset of them all."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -104,4 +104,10 @@ class ExportIndex(BaseModel):
     featureset: FeatureSet
     featureset_id: str
     hsstore_version: str
+
+
+class ExportIndex(ExportHeader):
+    """What an export holds, in whose convention: written last, so a directory with it is a complete export. An
+    export writes it as its header's JSON followed by the entries, from a spool, never holding them together."""
+
     entries: list[ExportedEntry]

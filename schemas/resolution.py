@@ -15,7 +15,8 @@ key must remain; its newest version serves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import Protocol, TypeVar
 
 from schemas.backend import measured_first
 from schemas.featureset import FeatureSet, LayerId
@@ -81,26 +82,52 @@ def nearest_version(manifests: Iterable[Manifest], wanted: FeatureSet) -> Manife
     return sound[nearest.id] if nearest is not None else None
 
 
+class Listed(Protocol):
+    """What an export's choice reads of a version: a manifest, or a row of the key listing."""
+
+    @property
+    def prompt_hash(self) -> str: ...
+    @property
+    def model_revision(self) -> str: ...
+    @property
+    def backend(self) -> str: ...
+
+
+V = TypeVar("V", bound=Listed)
+
+
+def newest_of(
+    versions: Iterable[V],
+    entry: Callable[[V], Hashable],
+    featureset: Callable[[V], FeatureSet],
+    measured_only: bool = False,
+    holding: FeatureSet | None = None,
+) -> list[V]:
+    """The newest version of each entry key (`entry` names it), of versions listed oldest first, in listing order
+    (an export's entries). With `measured_only` (an export that names no backend), a prompt stored both as
+    extracted here and as imported (`unknown`) gives the extracted one, as a read that names no backend does. With
+    `holding`, only entries whose featureset holds it, and of one prompt, model revision and backend the nearest, as
+    a read of it resolves."""
+    chosen = list({entry(version): version for version in versions}.values())
+    if holding is not None:
+        held: dict[tuple[str, str, str], list[FeatureSet]] = {}
+        for version in chosen:
+            held.setdefault((version.prompt_hash, version.model_revision, version.backend), []).append(
+                featureset(version)
+            )
+        nearest = {where: nearest_holding(found, holding) for where, found in held.items()}
+        chosen = [v for v in chosen if nearest[(v.prompt_hash, v.model_revision, v.backend)] == featureset(v)]
+    if measured_only:
+        backends: dict[str, set[str]] = {}
+        for version in chosen:
+            backends.setdefault(version.prompt_hash, set()).add(version.backend)
+        preferred = {prompt: measured_first(found) for prompt, found in backends.items()}
+        chosen = [v for v in chosen if v.backend in preferred[v.prompt_hash]]
+    return chosen
+
+
 def newest_versions(
     manifests: Iterable[Manifest], measured_only: bool = False, holding: FeatureSet | None = None
 ) -> list[Manifest]:
-    """The newest version of each entry key, in listing order (an export's entries). With `measured_only` (an export
-    that names no backend), a prompt stored both as extracted here and as imported (`unknown`) gives the extracted
-    one, as a read that names no backend does. With `holding`, only entries whose featureset holds it, and of one
-    prompt, model revision and backend the nearest, as a read of it resolves."""
-    chosen = list(newest(manifests).values())
-    if holding is not None:
-        held: dict[tuple[str, str, str], list[FeatureSet]] = {}
-        for manifest in chosen:
-            held.setdefault((manifest.prompt_hash, manifest.model_revision, manifest.backend), []).append(
-                manifest.featureset
-            )
-        nearest = {where: nearest_holding(found, holding) for where, found in held.items()}
-        chosen = [m for m in chosen if nearest[(m.prompt_hash, m.model_revision, m.backend)] == m.featureset]
-    if measured_only:
-        backends: dict[str, set[str]] = {}
-        for manifest in chosen:
-            backends.setdefault(manifest.prompt_hash, set()).add(manifest.backend)
-        preferred = {prompt: measured_first(found) for prompt, found in backends.items()}
-        chosen = [m for m in chosen if m.backend in preferred[m.prompt_hash]]
-    return chosen
+    """`newest_of` manifests."""
+    return newest_of(manifests, lambda m: m.key, lambda m: m.featureset, measured_only, holding)

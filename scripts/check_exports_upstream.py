@@ -96,7 +96,7 @@ def main() -> None:
             client.extract(prompts, featureset=featureset)
             manifests = newest_versions(client.entries(featureset=featureset.id))
             out = work / fmt.value
-            index = export(client, manifests, fmt, out, num_layers=8)
+            index = export(client, manifests, fmt, out, num_layers=8).index()
             if fmt == ExchangeFormat.SPECFORGE:
                 reader = build_offline_reader("dflash", str(out), run_id="check", ttt_length=1, max_len=4096)
                 normalize = build_offline_normalizer(max_len=4096)

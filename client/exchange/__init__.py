@@ -2,7 +2,27 @@
 Needs torch and safetensors; `import client` does not load it."""
 
 from client.exchange.formats import FormatError
-from client.exchange.move import ImportPlan, ImportSummary, export, import_dir, plan_import
+from client.exchange.move import (
+    ExportChoice,
+    Exported,
+    ImportPlan,
+    ImportSummary,
+    choose,
+    export,
+    import_dir,
+    plan_import,
+)
 from schemas.resolution import newest_versions
 
-__all__ = ["FormatError", "ImportPlan", "ImportSummary", "export", "import_dir", "newest_versions", "plan_import"]
+__all__ = [
+    "ExportChoice",
+    "Exported",
+    "FormatError",
+    "ImportPlan",
+    "ImportSummary",
+    "choose",
+    "export",
+    "import_dir",
+    "newest_versions",
+    "plan_import",
+]

@@ -19,9 +19,10 @@ import io
 import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from safetensors import safe_open
@@ -70,7 +71,7 @@ class FormatFiles(ABC):
     subclass and one row of FORMATS (and its layer convention in schemas.exchange)."""
 
     fmt: ClassVar[ExchangeFormat]
-    keeps_rows: ClassVar[bool] = False  # whether `finish` reads the rows (an export holds them all until then)
+    keeps_rows: ClassVar[bool] = False  # whether `finish` reads the rows (an export spools them until then)
 
     def check(self, chosen: list[LayerId], num_layers: int | None, revision: str) -> None:
         """ValueError for an export the pipeline could not train on as it is (any, unless a format says)."""
@@ -83,9 +84,9 @@ class FormatFiles(ABC):
     def encode(self, input_ids: torch.Tensor, loss_mask: torch.Tensor, hidden: torch.Tensor, provenance: dict) -> bytes:
         """One entry's file. `provenance`: what the export knows of it (layer ids, hashes, revision, backend)."""
 
-    def finish(self, out_dir: Path, rows: list[tuple[torch.Tensor, torch.Tensor]], shape: ExportShape) -> None:
-        """What the trainer reads beside the files, written once they are: `rows` holds each entry's input ids and
-        loss mask, in file order, for a format that `keeps_rows` (empty otherwise)."""
+    def finish(self, out_dir: Path, rows: Path | None, shape: ExportShape) -> None:
+        """What the trainer reads beside the files, written once they are: `rows`, for a format that `keeps_rows`, a
+        JSONL spool of each entry's `input_ids` and `loss_mask`, in file order."""
         return None
 
     def loss_masks(self, directory: Path) -> list[torch.Tensor] | None:
@@ -104,7 +105,7 @@ class FormatFiles(ABC):
 class SpecForge(FormatFiles):
     fmt = ExchangeFormat.SPECFORGE
 
-    def finish(self, out_dir: Path, rows: list[tuple[torch.Tensor, torch.Tensor]], shape: ExportShape) -> None:
+    def finish(self, out_dir: Path, rows: Path | None, shape: ExportShape) -> None:
         """The DFlash draft config's target-side fields, to merge into the draft config SpecForge trains with: its
         offline reader never checks which layers a file holds, and its generated config picks layers of its own."""
         fragment: dict = {"dflash_config": {"target_layer_ids": shape.layer_ids}, "hidden_size": shape.hidden_size}
@@ -198,18 +199,19 @@ class Speculators(FormatFiles):
         tensors = {"token_ids": input_ids.to(torch.int64).contiguous(), "hidden_states": hidden.contiguous()}
         return save_safetensors(tensors, metadata={SPECULATORS_METADATA: json.dumps(provenance, sort_keys=True)})
 
-    def finish(self, out_dir: Path, rows: list[tuple[torch.Tensor, torch.Tensor]], shape: ExportShape) -> None:
+    def finish(self, out_dir: Path, rows: Path | None, shape: ExportShape) -> None:
+        """The rows read from their spool as `datasets` writes them (Arrow on disk, in a cache beside the spool):
+        never all in memory."""
         import datasets
 
-        columns = {
-            "input_ids": [ids.to(torch.int64).tolist() for ids, _ in rows],
-            "loss_mask": [mask.to(torch.int64).tolist() for _, mask in rows],
-            "seq_len": [int(ids.shape[0]) for ids, _ in rows],
-        }
+        assert rows is not None  # keeps_rows
         quiet = datasets.are_progress_bars_disabled()
         datasets.disable_progress_bars()  # the export's own bar counts the entries
         try:
-            datasets.Dataset.from_dict(columns).with_format("torch").save_to_disk(str(out_dir))
+            built = datasets.Dataset.from_generator(
+                _spooled_rows, gen_kwargs={"path": str(rows)}, cache_dir=str(rows.parent / "datasets-cache")
+            )
+            built.with_format("torch").save_to_disk(str(out_dir))
         finally:
             if not quiet:
                 datasets.enable_progress_bars()
@@ -254,6 +256,14 @@ class Speculators(FormatFiles):
         return Found(
             f"speculators:{relative}", relative, _ids(input_ids, relative), None, _bf16(hidden, relative), layer_ids
         )
+
+
+def _spooled_rows(path: str) -> Iterator[dict[str, Any]]:
+    """A speculators export's rows as its prepare_data.py saves them: input_ids, loss_mask and seq_len."""
+    with open(path) as lines:
+        for line in lines:
+            row = json.loads(line)
+            yield {"input_ids": row["input_ids"], "loss_mask": row["loss_mask"], "seq_len": len(row["input_ids"])}
 
 
 FORMATS: dict[ExchangeFormat, FormatFiles] = {files.fmt: files for files in (SpecForge(), Speculators())}

@@ -38,8 +38,8 @@ def export(
 ) -> None:
     """Write the newest version of each matching entry as a SpecForge or speculators dataset, with
     hsstore_export.json naming the layer convention, model revision, backend and every entry's hashes."""
+    from client.exchange import choose
     from client.exchange import export as write_export
-    from client.exchange import newest_versions
 
     def filters(prompt: str | None, since: str | None = None) -> EntryFilters:
         return EntryFilters(
@@ -48,31 +48,31 @@ def export(
 
     with client_of(ctx) as client:
         if hashes is not None:
-            prompts = (line["prompt_hash"] for line in key_lines(hashes))
-            listed = [m for h in prompts for m in client.entries(**filters(h))]
+            listing = [filters(line["prompt_hash"]) for line in key_lines(hashes)]
         else:
-            listed = list(client.entries(**filters(prompt_hash, since_option(since))))
+            listing = [filters(prompt_hash, since_option(since))]
         chosen = parse_layers(layers) if layers else None
         try:
             holding = FeatureSet(layers=chosen, dtype=dtype) if chosen and featureset is None else None  # type: ignore[arg-type]
         except ValueError as exc:
             raise CliError(f"--dtype {dtype!r}: {exc}") from None
-        manifests = newest_versions(listed, measured_only=backend is None, holding=holding)
-        if not manifests:
+        picked = choose(client, listing, measured_only=backend is None, holding=holding)  # keys, not manifests
+        if not picked.keys:
             raise CliError("no entries match", "list them with `hsstore entries` and the same filters")
         model = client.info().model
-        if num_layers is None and model is not None and model.model_revision == manifests[0].model_revision:
+        if num_layers is None and model is not None and model.model_revision == picked.keys[0].model_revision:
             num_layers = model.num_layers
         with progress_bar() as progress:
-            task = progress.add_task("export", total=len(manifests))
+            task = progress.add_task("export", total=len(picked.keys))
             try:
-                index = write_export(
-                    client, manifests, fmt, out_dir, chosen, num_layers, lambda: progress.advance(task), replace
+                written = write_export(
+                    client, picked, fmt, out_dir, chosen, num_layers, lambda: progress.advance(task), replace
                 )
             except ValueError as exc:
                 raise CliError(str(exc)) from None
+    index = written.header
     console.print(
-        f"exported {len(index.entries)} entries to {out_dir} ({fmt}): layer ids {index.layer_ids} "
+        f"exported {written.entries} entries to {out_dir} ({fmt}): layer ids {index.layer_ids} "
         f"({index.layer_convention.split(':')[0]} convention; hsstore layers {index.layers}), "
         f"model_revision {index.model_revision}, backend {index.backend}"
     )

@@ -18,8 +18,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from client import FeatureClient, InvalidRequestError, compute_features
-from client.exchange import export, import_dir, newest_versions, plan_import
+from client import FeatureClient, InvalidRequestError, NotFoundError, compute_features
+from client.exchange import ExportChoice, choose, export, import_dir, newest_versions, plan_import
 from hsstore.cli import app as cli
 from schemas import safetensors_body
 from schemas.api import IMPORT_METADATA, ImportRequest
@@ -62,7 +62,7 @@ def other_store(tmp_path: Path, tiny_model_dir: Path, tiny_loaded: LoadedModel) 
 def _export(client: FeatureClient, featureset: FeatureSet, fmt: ExchangeFormat, out: Path) -> ExportIndex:
     client.extract(samples(), featureset=featureset)
     manifests = newest_versions(client.entries(featureset=featureset.id))
-    return export(client, manifests, fmt, out, num_layers=NUM_LAYERS)
+    return export(client, manifests, fmt, out, num_layers=NUM_LAYERS).index()
 
 
 def test_a_specforge_export_is_what_its_dflash_loader_reads_with_layer_ids_pinned_to_hf(
@@ -307,8 +307,33 @@ def test_exports_refuse_what_their_format_cannot_hold(client: FeatureClient, tmp
         export(client, with_norm, ExchangeFormat.SPECFORGE, tmp_path / "c", layers=["embed", 7], num_layers=NUM_LAYERS)
     with pytest.raises(ValueError, match="2 featuresets"):
         export(client, list(by_featureset.values()), ExchangeFormat.SPECFORGE, tmp_path / "d")
-    index = export(client, with_norm, ExchangeFormat.SPECULATORS, tmp_path / "e", layers=["embed", 7], num_layers=8)
-    assert index.layer_ids == [0, 8] and (tmp_path / "e" / EXPORT_INDEX).is_file()
+    written = export(client, with_norm, ExchangeFormat.SPECULATORS, tmp_path / "e", layers=["embed", 7], num_layers=8)
+    assert written.header.layer_ids == [0, 8] and (tmp_path / "e" / EXPORT_INDEX).is_file()
+    assert {p.name for p in tmp_path.iterdir()} - {"store"} == {"e"}  # refused before anything was written
+
+
+def test_an_export_streams_from_keys_and_one_that_fails_midway_leaves_nothing(
+    client: FeatureClient, tmp_path: Path
+) -> None:
+    featureset = FeatureSet(layers=[1, 7])
+    client.extract(samples(), featureset=featureset)
+    picked = choose(client, [{"featureset": featureset.id}])
+    assert picked == ExportChoice.of(newest_versions(client.entries(featureset=featureset.id)))  # the reads' rule
+    written = export(client, picked, ExchangeFormat.SPECULATORS, tmp_path / "out", num_layers=NUM_LAYERS)
+    index = written.index()  # the spooled entries, as the index reads them
+    assert written.entries == len(index.entries) == 3 and [e.prompt_hash for e in index.entries] == [
+        k.prompt_hash for k in picked.keys
+    ]
+    from datasets import load_from_disk
+
+    rows = load_from_disk(str(tmp_path / "out"))  # the spooled rows, as speculators' ArrowDataset opens them
+    assert [int(n) for n in rows["seq_len"]] == [k.num_tokens for k in picked.keys]
+    assert {p.name for p in tmp_path.iterdir()} - {"store"} == {"out"}  # no spool or staging left beside it
+    gone = picked.keys[1]._replace(content_hash="sha256:" + "0" * 64)  # a version not stored: the second fetch fails
+    broken = ExportChoice([picked.keys[0], gone, picked.keys[2]], picked.featuresets)
+    with pytest.raises(NotFoundError):
+        export(client, broken, ExchangeFormat.SPECFORGE, tmp_path / "half")
+    assert {p.name for p in tmp_path.iterdir()} - {"store"} == {"out"}  # whole or absent: no half an export
 
 
 def test_a_stated_backend_never_puts_other_bits_over_features_extracted_here(

@@ -99,7 +99,7 @@ def test_an_export_of_a_recipe_takes_each_prompt_from_the_entry_holding_it(
     holding = FeatureSet(layers=RECIPES[0].layers)
     manifests = newest_versions(client.entries(), holding=holding)
     assert sorted(m.featureset_id for m in manifests) == sorted([UNION.id, RECIPES[0].id, RECIPES[0].id])
-    index = export(client, manifests, "specforge", tmp_path / "out", layers=list(holding.layers))
+    index = export(client, manifests, "specforge", tmp_path / "out", layers=list(holding.layers)).index()
     assert len(index.entries) == 3 and index.layers == holding.layers and index.featureset == holding
     for entry in index.entries:  # each file holds the recipe's layers, as a read of the recipe gives them
         record = torch.load(tmp_path / "out" / entry.file, weights_only=False, mmap=True)
