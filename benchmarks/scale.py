@@ -369,6 +369,12 @@ def remeasure(engine: str, size: int, work: Path) -> dict:
     return {"engine": engine, "rows": [row], "remeasured": True}
 
 
+def rejob(engine: str, size: int, work: Path, job_samples: int) -> dict:
+    """A warm job of `job_samples` submitted again to the store an earlier run grew in `work`, and claimed."""
+    state = json.loads((work / f"state-{engine}.json").read_text())
+    return {"engine": engine, "entries": size, "jobs": jobs(state["env"], work, job_samples, baseline=False)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--engines", nargs="+", default=["sqlite", "postgres"])
@@ -380,6 +386,11 @@ def main() -> None:
         "--measure-only",
         action="store_true",
         help="measure the stores an earlier run grew in --work-dir at its last size again (no growth, no jobs)",
+    )
+    parser.add_argument(
+        "--jobs-only",
+        action="store_true",
+        help="submit a job of --job-samples to the stores an earlier run grew in --work-dir, and claim it (no growth)",
     )
     args = parser.parse_args()
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="hsstore-scale-"))
@@ -396,7 +407,9 @@ def main() -> None:
         ),
         "cores": os.cpu_count(),
         "engines": [
-            remeasure(engine, args.sizes[-1], work)
+            rejob(engine, args.sizes[-1], work, args.job_samples)
+            if args.jobs_only
+            else remeasure(engine, args.sizes[-1], work)
             if args.measure_only
             else run_engine(engine, args.sizes, work, args.job_samples)
             for engine in args.engines

@@ -51,7 +51,12 @@ def sample_identity(sample: Mapping[str, Any]) -> dict[str, Any]:
 
 def prompt_hash(sample: Mapping[str, Any]) -> str:
     """Lowercase hex sha256 of the canonical JSON of the sample's normal form (`sample_identity`)."""
-    return hashlib.sha256(canonical_json(sample_identity(sample))).hexdigest()
+    return identity_hash(canonical_json(sample_identity(sample)))
+
+
+def identity_hash(canonical: bytes) -> str:
+    """`prompt_hash` of a sample whose identity's canonical JSON is at hand (a parse has made it once)."""
+    return hashlib.sha256(canonical).hexdigest()
 
 
 def prompt_hash_as_sent(sample: Mapping[str, Any]) -> str:
