@@ -23,6 +23,9 @@ store at its first size.
 
     python benchmarks/scale.py --engines sqlite postgres --sizes 10000 100000 1000000 10000000 \\
         --job-samples 1000000 --out benchmarks/results/scale-cpu.json
+
+Run it from a checkout that nothing edits while it runs (`git worktree add`): the servers it starts import the tree
+as it is when each starts. The record is written after each measurement: a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -303,7 +306,11 @@ def jobs(env: dict[str, str], work: Path, samples: int, baseline: bool) -> dict:
     return row
 
 
-def run_engine(engine: str, sizes: list[int], work: Path, job_samples: int) -> dict:
+def run_engine(
+    engine: str, sizes: list[int], work: Path, job_samples: int, save: Callable[[dict], None] = lambda _: None
+) -> dict:
+    """Grow the engine's store size by size, measuring each; `save(result so far)` after each measurement (a run cut
+    short keeps what it measured)."""
     from service.main import build_services
     from service.model.devmodel import build_devmodel
     from service.settings import Settings
@@ -335,21 +342,26 @@ def run_engine(engine: str, sizes: list[int], work: Path, job_samples: int) -> d
     services = build_services(settings)
     from schemas.api import ExtractRequest
 
-    rows, have, growth = [], REAL, []
+    rows: list[dict] = []
+    growth: list[dict] = []
+    queues: dict[str, dict] = {}
+    have = REAL
+    result = {"engine": engine, "rows": rows, "growth": growth, "jobs": queues}
     with services.running(jobs=False):
         samples = [{"text": f"def real_{i}(x):\n    return x ** {i % 5} + {i}\n" * (1 + i % 4)} for i in range(REAL)]
         real = [r.manifest for r in services.writer.extract(ExtractRequest(samples=samples), run_now=True).results]
-        queues = {}
         for size in sizes:
             started = time.perf_counter()
             services.versions.add_many(grown(real, have, size))
             growth.append({"to": size, "wall_s": round(time.perf_counter() - started, 1)})
             have = size
             rows.append(measure(size, env, data_dir, real, engine, settings))
+            save(result)
             if job_samples and size in (sizes[0], sizes[-1]):  # a small queue in the small store; the big ones
                 baseline = size == sizes[0]
                 queues[str(size)] = jobs(env, work, 1_000 if baseline else job_samples, baseline)
-    return {"engine": engine, "rows": rows, "growth": growth, "jobs": queues}
+                save(result)
+    return result
 
 
 def remeasure(engine: str, size: int, work: Path) -> dict:
@@ -397,6 +409,7 @@ def main() -> None:
     record: dict[str, Any] = {
         "command": " ".join(["python", *sys.argv]),
         "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None,
+        "tree_clean": not subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout,
         "cpu": next(
             (
                 line.split(":", 1)[1].strip()
@@ -406,15 +419,21 @@ def main() -> None:
             None,
         ),
         "cores": os.cpu_count(),
-        "engines": [
-            rejob(engine, args.sizes[-1], work, args.job_samples)
-            if args.jobs_only
-            else remeasure(engine, args.sizes[-1], work)
-            if args.measure_only
-            else run_engine(engine, args.sizes, work, args.job_samples)
-            for engine in args.engines
-        ],
+        "engines": [],
     }
+    engines: list[dict] = record["engines"]
+
+    def save(partial: dict) -> None:
+        if args.out:
+            args.out.write_text(json.dumps({**record, "engines": [*engines, partial]}, indent=1) + "\n")
+
+    for engine in args.engines:
+        if args.jobs_only:
+            engines.append(rejob(engine, args.sizes[-1], work, args.job_samples))
+        elif args.measure_only:
+            engines.append(remeasure(engine, args.sizes[-1], work))
+        else:
+            engines.append(run_engine(engine, args.sizes, work, args.job_samples, save))
     print(json.dumps(record, indent=1))
     if args.out:
         args.out.write_text(json.dumps(record, indent=1) + "\n")
