@@ -22,14 +22,15 @@ def parse_jsonl(data: bytes | str, source: str) -> list[dict[str, Any]]:
 
 
 def iter_jsonl(data: bytes | str, source: str) -> Iterator[dict[str, Any]]:
-    """`parse_jsonl`, one object at a time as it is read (an upload of 10^6 samples is never a list of them)."""
-    if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise JsonlError(source, None, f"not UTF-8 text (byte {exc.start})") from None
+    """`parse_jsonl`, one object at a time as it is read (an upload of 10^6 samples is never a list of them, nor a
+    second copy of itself: bytes are read a line at a time, each line decoded alone)."""
     found = False
-    for number, line in enumerate(io.StringIO(data), 1):
+    for number, line in enumerate(_lines(data), 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise JsonlError(source, number, f"not UTF-8 text (byte {exc.start} of the line)") from None
         if not line.strip():
             continue
         try:
@@ -44,6 +45,20 @@ def iter_jsonl(data: bytes | str, source: str) -> Iterator[dict[str, Any]]:
         yield value
     if not found:
         raise JsonlError(source, None, "holds no samples" + (" (every line is blank)" if data else ""))
+
+
+def _lines(data: bytes | str) -> Iterator[bytes | str]:
+    """The lines of `data` without their ends; bytes sliced where they lie (`io.StringIO` would hold a copy of a
+    whole upload at four bytes a character)."""
+    if isinstance(data, str):
+        yield from io.StringIO(data)
+        return
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        yield data[start:end]
+        start = end + 1
 
 
 def _kind(value: Any) -> str:
