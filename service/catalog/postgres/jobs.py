@@ -32,6 +32,11 @@ class PostgresJobStore(SqlJobStore):
         with conn.cursor() as cursor:
             cursor.executemany(statement, rows)
 
+    def _restate_items(self) -> None:
+        """ANALYZE job_items now: the claim's index is chosen from statistics, and autovacuum's come late."""
+        with self.db.writing() as conn:
+            conn.execute("ANALYZE job_items")
+
     def _claiming(self) -> Any:
         return self.db.writing()
 

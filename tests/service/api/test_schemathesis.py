@@ -45,6 +45,8 @@ def test_schemathesis_finds_no_mismatch_but_the_deliberate_two(live_url: str, tm
         "12",
         "--seed",
         "24",
+        "--workers",
+        "2",  # two operations at a time: half the wall on two cores (the server's work is per request)
         "--request-timeout",
         "300",
         "--max-response-time",
