@@ -45,8 +45,12 @@ def _missing(value: Any) -> bool:
 def sample_identity(sample: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a sample that defines it, in its normal form: everything but its `id` label and null members.
     The service renders this (not the sample as sent) into the tokens it extracts, so a key names one computation."""
-    identity: dict[str, Any] = normal_form({key: value for key, value in sample.items() if key != "id"})
-    return identity
+    return unlabelled(normal_form(sample))
+
+
+def unlabelled(normal: Mapping[str, Any]) -> dict[str, Any]:
+    """`sample_identity` of a sample already in its normal form (a parse has made it once): all but its `id`."""
+    return {key: value for key, value in normal.items() if key != "id"}
 
 
 def prompt_hash(sample: Mapping[str, Any]) -> str:

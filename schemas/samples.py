@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schemas.prompt_hash import canonical_json, identity_hash, normal_form
+from schemas.prompt_hash import canonical_json, identity_hash, normal_form, unlabelled
 from schemas.validation import describe_errors, exactly_one_of
 
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
@@ -116,7 +116,7 @@ def parse_sample(raw: Any, index: int | None = None) -> ParsedSample:
     if not isinstance(raw, Mapping):
         raise InvalidSampleError(f"a sample is a JSON object, got {type(raw).__name__}", index)
     normal: dict[str, Any] = normal_form(raw)  # once: a job of 10^6 samples parses each twice
-    identity = {key: value for key, value in normal.items() if key != "id"}  # `sample_identity`, already normal
+    identity = unlabelled(normal)
     try:  # the identity is UTF-8 JSON: a string with a lone surrogate (`"\ud83d"`) has no such form
         canonical = canonical_json(identity)
         if isinstance(label := normal.get("id"), str):

@@ -55,6 +55,7 @@ _ZDICT_V1 = (
     b'"content_flags":[]}'
 )
 _ZDICTS = {_BODY_V1: _ZDICT_V1}
+_LEVEL = 6
 
 
 class Attention(IntFlag):
@@ -161,7 +162,7 @@ def sample_of(manifest: Manifest) -> str:
 
 def body_of(manifest: Manifest) -> bytes:
     """Every body field, defaults too: the document a listing splices from the row is the whole manifest's JSON."""
-    packer = zlib.compressobj(6, zdict=_ZDICT_V1)
+    packer = zlib.compressobj(_LEVEL, zdict=_ZDICTS[_BODY_V1])
     raw = manifest.model_dump_json(include=set(BODY_FIELDS)).encode()
     return bytes([_BODY_V1]) + packer.compress(raw) + packer.flush()
 
