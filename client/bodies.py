@@ -31,6 +31,25 @@ class ReceiveFailed(Exception):
     kept apart from OSErrors the caller's own code may raise while it reads (a cache write on a full disk)."""
 
 
+class BodyCutOff(ReceiveFailed):
+    """The connection failed after the response began: `received` bytes of its body had come."""
+
+    def __init__(self, received: int, cause: BaseException) -> None:
+        self.received = received
+        if isinstance(cause, TimeoutError | httpx.TimeoutException):
+            told = f"the response stalled after {received} bytes of the body (timed out)"
+        else:
+            ended = isinstance(cause, http.client.IncompleteRead | ValueError)
+            how = "it ended early" if ended else type(cause).__name__
+            told = f"the connection closed mid-response after {received} bytes of the body ({how})"
+        super().__init__(told)
+
+
+# What reading a body raises when its connection dies: http.client's own errors, the socket's, and a ValueError where
+# a chunked body is cut inside a chunk-size line (http.client parses the empty line as hexadecimal).
+_CUT = (OSError, http.client.HTTPException, ValueError)
+
+
 class Body(Protocol):
     @property
     def status(self) -> int: ...
@@ -131,16 +150,21 @@ class HttpxBody:
         self.headers = {k.lower(): v for k, v in response.headers.items()}
         self._pieces = response.iter_raw()
         self._left = memoryview(b"")
+        self.received = 0
 
     def readinto(self, view: memoryview) -> int:
         while not self._left.nbytes:
-            piece = next(self._pieces, None)
+            try:
+                piece = next(self._pieces, None)
+            except httpx.TransportError as exc:
+                raise BodyCutOff(self.received, exc) from exc
             if piece is None:
                 return 0
             self._left = memoryview(piece).cast("B")
         n = min(view.nbytes, self._left.nbytes)
         view[:n] = self._left[:n]
         self._left = self._left[n:]
+        self.received += n
         return n
 
 
@@ -149,12 +173,20 @@ class SocketBody:
         self.status = response.status
         self.headers = {k.lower(): v for k, v in response.getheaders()}
         self._response = response
+        self.received = 0
 
     def readinto(self, view: memoryview) -> int:
         try:
-            return self._response.readinto(view)
-        except (OSError, http.client.HTTPException) as exc:
-            raise ReceiveFailed(str(exc) or type(exc).__name__) from exc
+            n = self._response.readinto(view)
+        except _CUT as exc:
+            # what this call had read before the end came is in an IncompleteRead
+            partial = len(exc.partial) if isinstance(exc, http.client.IncompleteRead) else 0
+            raise BodyCutOff(self.received + partial, exc) from exc
+        if not n and view.nbytes and self._response.length:  # the end came with bytes of its Content-Length owed
+            cause = http.client.IncompleteRead(b"", self._response.length)
+            raise BodyCutOff(self.received, cause) from cause
+        self.received += n
+        return n
 
 
 # What a reused keep-alive connection raises when the server closed it meanwhile: sent again once, on a fresh one.
@@ -213,7 +245,8 @@ class Connections:
         try:
             return idle.get_nowait(), True
         except queue.Empty:
-            return self._connect(origin), False
+            pass
+        return self._connect(origin), False  # outside the handler: a refusal is not "during handling of Empty"
 
     def _connect(self, origin: tuple[str, str, int]) -> http.client.HTTPConnection:
         scheme, host, port = origin

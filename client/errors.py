@@ -24,6 +24,16 @@ class ConnectionFailedError(HsstoreError):
         super().__init__(message)
 
 
+class ConnectionLostError(ConnectionFailedError):
+    """The service answered, then the connection closed (or stalled past the timeout) before the response was
+    whole (the service stopped or was killed mid-response, a proxy cut it): `received` bytes of the body came.
+    Nothing of it was accepted; asking again is safe."""
+
+    def __init__(self, message: str, url: str, received: int) -> None:
+        self.received = received
+        super().__init__(message, url)
+
+
 class NotHsstoreError(HsstoreError):
     """Something answered, but not as an hsstore service does (an HTML page, another API, a proxy's error)."""
 
@@ -147,6 +157,7 @@ BY_CODE: dict[ErrorCode, type[HsstoreError]] = {
     ErrorCode.BAD_REQUEST: InvalidRequestError,
     ErrorCode.INVALID_REQUEST: InvalidRequestError,
     ErrorCode.METHOD_NOT_ALLOWED: InvalidRequestError,
+    ErrorCode.REQUEST_TIMEOUT: InvalidRequestError,
     ErrorCode.UNSUPPORTED_MEDIA: InvalidRequestError,
     ErrorCode.INVALID_SAMPLE: SampleRejectedError,
     ErrorCode.NON_FINITE: NonFiniteError,

@@ -13,8 +13,15 @@ from urllib.parse import urlencode
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from client.bodies import Body, Connections, HttpxBody, ReceiveFailed, read_all
-from client.errors import ConnectionFailedError, HsstoreError, IntegrityError, NotHsstoreError, error_for
+from client.bodies import Body, BodyCutOff, Connections, HttpxBody, ReceiveFailed, read_all
+from client.errors import (
+    ConnectionFailedError,
+    ConnectionLostError,
+    HsstoreError,
+    IntegrityError,
+    NotHsstoreError,
+    error_for,
+)
 from schemas.api import FeatureRead
 from schemas.errors import ERROR_HEADER, ErrorCode
 
@@ -37,6 +44,8 @@ class Transport:
         """httpx's transport failures as the client's own error, naming the URL tried."""
         try:
             yield
+        except BodyCutOff as exc:
+            raise ConnectionLostError(f"{method} {self.url}{path}: {exc}", self.url, exc.received) from None
         except httpx.ConnectError as exc:
             raise ConnectionFailedError(f"cannot connect to {self.url} ({_reason(exc)})", self.url) from None
         except httpx.TimeoutException as exc:
@@ -146,8 +155,9 @@ def batch_error(index: int, item: FeatureRead, body: memoryview) -> HsstoreError
 
 
 def _reason(exc: BaseException) -> str:
-    """The innermost cause in a few words ('[Errno 111] Connection refused'), not httpx's whole chain."""
+    """The innermost cause in a few words ('[Errno 111] Connection refused'), not httpx's whole chain. Only causes
+    (`raise ... from`): an exception's context is whatever was being handled when it was raised, often unrelated."""
     cause: BaseException = exc
-    while cause.__cause__ is not None or cause.__context__ is not None:
-        cause = cause.__cause__ or cause.__context__  # type: ignore[assignment]
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
     return (str(cause) or type(cause).__name__)[:200]

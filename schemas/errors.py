@@ -19,6 +19,7 @@ class ErrorCode(StrEnum):
     TOO_LARGE = "too_large"
     UNSUPPORTED_MEDIA = "unsupported_media"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    REQUEST_TIMEOUT = "request_timeout"  # 408: no whole request head in time (service/api/connections.py)
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     NOT_FOUND = "not_found"

@@ -40,6 +40,7 @@ from service.core.write.writer import FeatureWriter
 from service.errors import ConfigError
 from service.extraction.extractor import Extractor
 from service.extraction.layer_graphs import graph_recorder
+from service.host.allocator import bound_heap
 from service.host.handover import HandoverLedger
 from service.host.sglang import SGLangClient
 from service.jobs.queue import JobQueue
@@ -165,6 +166,9 @@ def build_services(
     if read_only and settings.model_dir is not None:
         raise ValueError("read_only: a service with a model extracts and so writes; give read_only only to replicas")
     check_data_dir(settings.data_dir, create=not read_only)
+    # before the service's threads start: an arena bound holds for arenas made after it
+    heap = bound_heap(settings.malloc_mmap_threshold, settings.malloc_arena_max)
+    log.info("heap: %s (mmap threshold %s, arenas %s)", heap, settings.malloc_mmap_threshold, settings.malloc_arena_max)
     database, versions, job_store, kv = build_catalog(settings, read_only)
     store = build_store(settings, read_only)
     windows = Windows(settings.windows, kv, settings.windows_enforced, settings.window_margin_s)

@@ -82,6 +82,13 @@ class Settings(BaseSettings):
         "write); without it, such a service refuses to start",
     )
 
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="a connection must send a whole request head this soon after it opens and after each response, "
+        "else it gets a 408 and is closed (slow-header clients; service/api/connections.py)",
+    )
+    keep_alive_s: int = Field(default=5, ge=1, description="close a kept-alive connection idle this many seconds")
     max_request_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     max_batch_keys: int = Field(default=1024, ge=1, description="keys one POST /v1/features:batch may name")
     max_batch_bytes: int = Field(
@@ -119,6 +126,16 @@ class Settings(BaseSettings):
         "re-hashed by the service (the client verifies the content hash on receipt either way)",
     )
     writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
+    malloc_mmap_threshold: int | None = Field(
+        default=128 * 1024,
+        ge=0,
+        description="glibc: blocks from this many bytes are mapped on their own and given back when freed; fixed, so "
+        "the heap does not keep what extraction and reads freed (service/host/allocator.py). None: glibc's dynamic "
+        "threshold",
+    )
+    malloc_arena_max: int | None = Field(
+        default=2, ge=1, description="glibc: the most malloc arenas the process's threads share. None: 8 per core"
+    )
 
     # Write-time content checks (service/core/write/content_checks.py): what extraction and imports refuse or flag
     content_constant_rows: float = Field(

@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from client import FeatureClient
+from service.api.connections import PROTOCOL
 from service.main import create_app
 from service.model.devmodel import build_devmodel
 from service.model.loader import LoadedModel, load_spec, load_weights
@@ -99,7 +100,9 @@ class LiveServer:
     """A real uvicorn server in a thread, on a free port of 127.0.0.1."""
 
     def __init__(self, app: FastAPI) -> None:
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        # the protocol `hsstore serve` runs (its deadline on request heads)
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", http=PROTOCOL)
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> str:

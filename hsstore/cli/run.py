@@ -50,11 +50,22 @@ def serve(
     _check_port_free(settings.host, settings.port)  # before the heavy imports, the model, and "listening"
     import uvicorn
 
+    from service.api.connections import HEADER_TIMEOUT_ENV, PROTOCOL
     from service.main import create_app
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    # the protocol is built by name in every serving process: its deadline goes through the environment
+    os.environ[HEADER_TIMEOUT_ENV] = str(settings.header_timeout_s)
     if processes == 1:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info", access_log=True)
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            access_log=True,
+            http=PROTOCOL,
+            timeout_keep_alive=settings.keep_alive_s,
+        )
         return
     # each process builds its own app from the same settings: the command line's reach it through the environment
     os.environ.update({f"HSSTORE_{k.upper()}": str(v) for k, v in overrides.items()})
@@ -68,6 +79,8 @@ def serve(
         port=settings.port,
         log_level="info",
         access_log=False,  # N processes' request lines interleaved say less than the metrics do
+        http=PROTOCOL,
+        timeout_keep_alive=settings.keep_alive_s,
     )
 
 

@@ -9,7 +9,14 @@ import torch
 import client as client_package
 import hsstore
 import schemas
-from client import FeatureClient, IntegrityError, InvalidRequestError, NotFoundError
+from client import (
+    ConnectionFailedError,
+    ConnectionLostError,
+    FeatureClient,
+    IntegrityError,
+    InvalidRequestError,
+    NotFoundError,
+)
 from schemas.featureset import FeatureSet
 from schemas.http import BodyFormat
 from tests.support.flipping_proxy import FlippingProxy
@@ -84,6 +91,31 @@ def test_corruption_on_the_clients_own_socket_is_refused(
             bad.get(sample)
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("transport", ["own sockets", "httpx"])
+def test_a_response_cut_off_mid_body_is_a_typed_error_naming_what_came(
+    client: FeatureClient, live_url: str, transport: str
+) -> None:
+    """A service that dies mid-response (here a proxy that closes the connection at a byte of the body): every read
+    raises ConnectionLostError naming the bytes that came, never a parse error of the torn stream (a cut batch, which
+    is chunked, once raised `invalid literal for int() with base 16: b''`)."""
+    samples = [{"text": f"def cut_{i}(): return {i}"} for i in range(3)]
+    keys = [r.manifest.feature_key() for r in client.extract(samples).results]
+    host, port = live_url.removeprefix("http://").split(":")
+    cuts = {"whole": lambda n: n // 2, "batch": lambda n: 4000}  # the batch's body has no length (chunked)
+    for read, position in cuts.items():
+        proxy = FlippingProxy((host, int(port)), position, cut=True)
+        http = httpx.Client(base_url=proxy.url) if transport == "httpx" else None
+        try:
+            with FeatureClient(proxy.url, http=http) as cut, pytest.raises(ConnectionLostError) as raised:
+                cut.get_batch(keys) if read == "batch" else cut.fetch(keys[0])
+        finally:
+            proxy.close()
+        lost = raised.value
+        assert f"closed mid-response after {lost.received} bytes of the body" in str(lost), str(lost)
+        assert 0 < lost.received < 4000 if read == "batch" else lost.received > 0
+        assert isinstance(lost, ConnectionFailedError) and lost.url == proxy.url
 
 
 def test_typed_errors(client: FeatureClient) -> None:

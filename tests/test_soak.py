@@ -1,0 +1,38 @@
+"""A short soak (benchmarks/soak.py, its load without the faults) against a real `hsstore serve`: the server's memory
+stays level under extraction and verified reads together. Before service/host/allocator.py bounded glibc's heap it
+grew by a fifth in the same minute (docs/measurements.md, "A day of load"); the 30-minute record is the soak's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_short_soak_keeps_the_servers_memory_level_with_no_errors(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/soak.py",
+            *("--duration", "90", "--warmup", "20", "--window", "20", "--sample-every", "2"),
+            *("--reader-processes", "2", "--reader-threads", "6", "--no-faults"),
+            *("--model-dir", str(tiny_model_dir), "--work-dir", str(tmp_path / "w"), "--out", str(out)),
+        ],
+        cwd=REPO,
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
+    load = json.loads(out.read_text())["load"]
+    memory = load["memory"]
+    assert load["errors"] == 0, load["error_examples"]
+    assert load["acknowledged"] > 0 and load["operations"] > 1000
+    # the leak: +22% in the 70 s after warm-up on this load (12 readers, one writer); level, it stays within the
+    # issue's bound of +10% (+3.5% here)
+    assert memory["rss_growth_after_warmup"] <= 0.10, memory
+    # connections come and go with the readers (about 20 to 60 fds); one left behind per request would pass these
+    assert memory["fds"][1] <= 128 and memory["threads"][1] <= 64, memory
