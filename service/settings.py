@@ -36,7 +36,8 @@ def _toml_source(settings_cls: type[BaseSettings], path: Path) -> TomlConfigSett
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HSSTORE_", extra="forbid")
+    # "null" in the environment is None: how a setting whose default is a value (malloc_arena_max) is turned off
+    model_config = SettingsConfigDict(env_prefix="HSSTORE_", extra="forbid", env_parse_none_str="null")
 
     data_dir: Path = Field(default=Path("hsstore-data"), description="blobs/, manifests/ and catalog.sqlite live here")
     store_url: str | None = Field(
