@@ -249,8 +249,7 @@ def main() -> None:
     vocab = int(loaded.config.vocab_size)
     extractor, spec = services.models.extractor(), services.models.spec
     record["policy"] = extractor.fingerprint(Backend.FLA, pack=extractor.pack_policy).batching
-    # the process's C heap as build_services left it (HSSTORE_MALLOC_*=null: glibc's own)
-    record["heap"] = {"mmap_threshold": settings.malloc_mmap_threshold, "arena_max": settings.malloc_arena_max}
+    record["heap"] = settings.heap  # the process's C heap as build_services left it (HSSTORE_HEAP)
     record["attention_kernel"] = extractor.fingerprint(Backend.FLA).attention_kernel
     extractor.fusion_keeps_bits(Backend.FLA)
     record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise

@@ -307,7 +307,8 @@ def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     stop.set()
     for thread in threads:
         thread.join(300)
-    per_window = windows(events, t0, args.window)
+    # the windows are the timed load's: what ended after it (the readers' last turns) is counted, not timed
+    per_window = windows([e for e in events if e[1] - t0 < args.duration], t0, args.window)
     errors = [e for e in events if e[3] is not None]
     first, last = per_window[0]["ops"], per_window[-1]["ops"]
     return {

@@ -11,7 +11,7 @@ set -euo pipefail
 moto="moto boto3 botocore s3transfer jmespath cryptography cffi pycparser requests urllib3 idna certifi
 charset-normalizer responses werkzeug xmltodict flask flask-cors jinja2 markupsafe itsdangerous blinker python-dateutil
 six py-partiql-parser"
-EXTRA_WHEELS="blake3 crc32c blosc2 msgpack ndindex threadpoolctl obstore swagger-ui-bundle $moto" ../shared/gpu/project-wheels.sh >/dev/null
+EXTRA_WHEELS="blake3 crc32c blosc2 msgpack ndindex threadpoolctl obstore swagger-ui-bundle httptools $moto" ../shared/gpu/project-wheels.sh >/dev/null
 grep -qx "/.whl-feed/" .git/info/exclude || echo "/.whl-feed/" >> .git/info/exclude
 rm -rf .whl-feed && mkdir .whl-feed
 for wheel in .whl/*.whl; do

@@ -36,8 +36,7 @@ def _toml_source(settings_cls: type[BaseSettings], path: Path) -> TomlConfigSett
 
 
 class Settings(BaseSettings):
-    # "null" in the environment is None: how a setting whose default is a value (malloc_arena_max) is turned off
-    model_config = SettingsConfigDict(env_prefix="HSSTORE_", extra="forbid", env_parse_none_str="null")
+    model_config = SettingsConfigDict(env_prefix="HSSTORE_", extra="forbid")
 
     data_dir: Path = Field(default=Path("hsstore-data"), description="blobs/, manifests/ and catalog.sqlite live here")
     store_url: str | None = Field(
@@ -127,15 +126,11 @@ class Settings(BaseSettings):
         "re-hashed by the service (the client verifies the content hash on receipt either way)",
     )
     writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
-    malloc_mmap_threshold: int | None = Field(
-        default=128 * 1024,
-        ge=0,
-        description="glibc: blocks from this many bytes are mapped on their own and given back when freed; fixed, so "
-        "the heap does not keep what extraction and reads freed (service/host/allocator.py). None: glibc's dynamic "
-        "threshold",
-    )
-    malloc_arena_max: int | None = Field(
-        default=2, ge=1, description="glibc: the most malloc arenas the process's threads share. None: 8 per core"
+    heap: Literal["auto", "bounded", "glibc"] = Field(
+        default="auto",
+        description="the process's C heap: bounded (glibc's mmap threshold fixed at 128 KiB, 2 arenas: a process that "
+        "extracts and serves stays level; service/host/allocator.py), glibc (its own settings: reads of large "
+        "blocks cost no page faults), auto: bounded where a model is configured, glibc on read replicas",
     )
 
     # Write-time content checks (service/core/write/content_checks.py): what extraction and imports refuse or flag
@@ -272,6 +267,11 @@ class Settings(BaseSettings):
         if self.read_only is not None:
             return self.read_only
         return self.model_dir is None and self.data_dir.is_dir() and not os.access(self.data_dir, os.W_OK)
+
+    @property
+    def heap_bounded(self) -> bool:
+        """The leak came with extraction; a replica only reads, where the bound's page faults cost per byte."""
+        return self.heap == "bounded" or (self.heap == "auto" and self.model_dir is not None)
 
     @property
     def windows_enforced(self) -> bool:

@@ -29,3 +29,11 @@ def test_unknown_keys_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     monkeypatch.setenv(CONFIG_ENV, str(bad))
     with pytest.raises(ValueError, match="data_dirr"):
         Settings()
+
+
+def test_the_heap_is_bounded_where_the_process_extracts_and_left_to_glibc_on_a_replica(tmp_path: Path) -> None:
+    """The leak came with extraction; a replica only reads, where the bound's page faults cost per byte."""
+    model = {"model_dir": tmp_path / "model", "data_dir": tmp_path}
+    assert Settings(**model).heap_bounded and not Settings(data_dir=tmp_path).heap_bounded
+    assert Settings(data_dir=tmp_path, heap="bounded").heap_bounded
+    assert not Settings(**model, heap="glibc").heap_bounded
