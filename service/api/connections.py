@@ -22,12 +22,13 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from schemas.errors import ERROR_HEADER, ErrorBody, ErrorCode, ErrorDetail
+from service.settings import Settings
 
 log = logging.getLogger("hsstore")
 
 PROTOCOL = "service.api.connections:HeadDeadlineProtocol"
-HEADER_TIMEOUT_ENV = "HSSTORE_HEADER_TIMEOUT_S"
-DEFAULT_HEADER_TIMEOUT_S = 10.0
+HEADER_TIMEOUT_ENV = f"{Settings.model_config['env_prefix']}HEADER_TIMEOUT_S"  # the setting's own variable
+DEFAULT_HEADER_TIMEOUT_S = Settings.model_fields["header_timeout_s"].default
 
 
 def _timeout_response(seconds: float) -> bytes:
