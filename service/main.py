@@ -3,10 +3,9 @@ factory makes one app per object graph, so tests build one per temporary store."
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -16,9 +15,8 @@ from service import __version__
 from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
-from service.api.deps import PROVIDED
 from service.api.routes import ROUTERS
-from service.catalog import JobStore, KeyValue, VersionStore
+from service.catalog import KeyValue
 from service.catalog.protocol import Database
 from service.core.gpu_time.gate import ExtractionGate
 from service.core.gpu_time.windows import Windows
@@ -49,8 +47,8 @@ from service.metrics import Metrics
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
 from service.registry import build_catalog, build_handover, build_store, check_data_dir
+from service.services import Services
 from service.settings import Settings
-from service.storage.protocol import BlobStore
 
 log = logging.getLogger("hsstore")
 
@@ -89,55 +87,6 @@ def build_models(
         on_event=on_event,
         loads_weights=settings.run_jobs or loaded is not None,
     )
-
-
-@dataclass
-class Services:
-    """The object graph: each service built once, each handed only what it needs."""
-
-    settings: Settings
-    database: Database
-    store: BlobStore
-    versions: VersionStore
-    jobs: JobStore
-    windows: Windows
-    models: ModelManager[Extractor] | None
-    preparer: RequestPreparer
-    metrics: Metrics
-    reader: FeatureReader
-    recorder: Recorder
-    writer: FeatureWriter
-    auditor: Auditor
-    verifier: Verifier
-    datasets: Datasets
-    estimator: Estimator
-    importer: FeatureImporter
-    rebuilder: CatalogRebuilder
-    queue: JobQueue
-    runner: JobRunner | None
-
-    def close(self) -> None:
-        self.writer.close()
-        self.database.close()
-
-    @contextlib.contextmanager
-    def running(self, jobs: bool = True) -> Iterator[None]:
-        """The one lifecycle of a service process, a worker and a Ray Data stage's actor alike: SGLang's GPU recovered
-        from a process that died holding it, the job loop started (`jobs`: not for an actor, which extracts its
-        batches only); on the way out the loop stopped, the model unloaded, everything closed."""
-        runner = self.runner if jobs else None
-        if self.models is not None:
-            self.models.recover()
-        if runner is not None:
-            runner.start()
-        try:
-            yield
-        finally:
-            if runner is not None:
-                runner.stop()
-            if self.models is not None:
-                self.models.unload()
-            self.close()
 
 
 @dataclass
@@ -277,8 +226,7 @@ def create_app(
         docs_url=None,  # served from local assets below: GPU hosts have no internet
         redoc_url=None,
     )
-    for name in PROVIDED:  # what the routes' dependencies (service/api/deps.py) take
-        setattr(app.state, name, getattr(services, name))
+    app.state.services = services  # what the routes' dependencies take their services from (api/deps.py)
     error_handlers.install(app)
     openapi.mount_docs(app)
     spec = services.models.spec if services.models is not None else None

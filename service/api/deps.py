@@ -1,12 +1,13 @@
-"""Dependency providers and their `Annotated` aliases: a route's signature says which service it needs. Every
-service comes from the object graph the composition root (`service/main.py`) built and put on the app's state."""
+"""The `Annotated` dependencies of the routes: a route's signature says which service it needs, and each comes from
+the object graph (`service/services.py`) the composition root (`service/main.py`) built and put on the app's state;
+and the token scopes that guard the routes."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 
@@ -22,88 +23,37 @@ from service.core.write.writer import FeatureWriter
 from service.errors import Forbidden, Unauthorized
 from service.extraction.extractor import Extractor
 from service.jobs.queue import JobQueue
+from service.metrics import Metrics
 from service.model.manager import ModelManager
+from service.services import Services
 from service.settings import Settings
 from service.storage.protocol import BlobStore
 
-# what the composition root puts on `app.state`, by name
-PROVIDED = (
-    "datasets",
-    "settings",
-    "store",
-    "versions",
-    "windows",
-    "models",
-    "reader",
-    "writer",
-    "auditor",
-    "estimator",
-    "importer",
-    "queue",
-    "metrics",
-)
+T = TypeVar("T")
 
 
-def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+def _provided(pick: Callable[[Services], T]) -> Any:
+    """A dependency on the service `pick` takes from the object graph the composition root put on the app's state."""
+
+    def provide(request: Request) -> T:
+        return pick(request.app.state.services)
+
+    return Depends(provide)
 
 
-def get_store(request: Request) -> BlobStore:
-    return request.app.state.store
-
-
-def get_versions(request: Request) -> VersionStore:
-    return request.app.state.versions
-
-
-def get_windows(request: Request) -> Windows:
-    return request.app.state.windows
-
-
-def get_models(request: Request) -> ModelManager[Extractor] | None:
-    return request.app.state.models
-
-
-def get_reader(request: Request) -> FeatureReader:
-    return request.app.state.reader
-
-
-def get_writer(request: Request) -> FeatureWriter:
-    return request.app.state.writer
-
-
-def get_auditor(request: Request) -> Auditor:
-    return request.app.state.auditor
-
-
-def get_estimator(request: Request) -> Estimator:
-    return request.app.state.estimator
-
-
-def get_importer(request: Request) -> FeatureImporter:
-    return request.app.state.importer
-
-
-def get_queue(request: Request) -> JobQueue:
-    return request.app.state.queue
-
-
-def get_datasets(request: Request) -> Datasets:
-    return request.app.state.datasets
-
-
-SettingsDep = Annotated[Settings, Depends(get_settings)]
-StoreDep = Annotated[BlobStore, Depends(get_store)]
-VersionsDep = Annotated[VersionStore, Depends(get_versions)]
-WindowsDep = Annotated[Windows, Depends(get_windows)]
-ModelsDep = Annotated[ModelManager[Extractor] | None, Depends(get_models)]
-ReaderDep = Annotated[FeatureReader, Depends(get_reader)]
-WriterDep = Annotated[FeatureWriter, Depends(get_writer)]
-AuditorDep = Annotated[Auditor, Depends(get_auditor)]
-EstimatorDep = Annotated[Estimator, Depends(get_estimator)]
-ImporterDep = Annotated[FeatureImporter, Depends(get_importer)]
-JobsDep = Annotated[JobQueue, Depends(get_queue)]
-DatasetsDep = Annotated[Datasets, Depends(get_datasets)]
+SettingsDep = Annotated[Settings, _provided(lambda s: s.settings)]
+StoreDep = Annotated[BlobStore, _provided(lambda s: s.store)]
+VersionsDep = Annotated[VersionStore, _provided(lambda s: s.versions)]
+WindowsDep = Annotated[Windows, _provided(lambda s: s.windows)]
+ModelsDep = Annotated[ModelManager[Extractor] | None, _provided(lambda s: s.models)]
+ReaderDep = Annotated[FeatureReader, _provided(lambda s: s.reader)]
+WriterDep = Annotated[FeatureWriter, _provided(lambda s: s.writer)]
+AuditorDep = Annotated[Auditor, _provided(lambda s: s.auditor)]
+EstimatorDep = Annotated[Estimator, _provided(lambda s: s.estimator)]
+ImporterDep = Annotated[FeatureImporter, _provided(lambda s: s.importer)]
+JobsDep = Annotated[JobQueue, _provided(lambda s: s.queue)]
+DatasetsDep = Annotated[Datasets, _provided(lambda s: s.datasets)]
+MetricsDep = Annotated[Metrics, _provided(lambda s: s.metrics)]
 
 
 def _token_scopes(settings: Settings, token: str) -> list[TokenScope] | None:

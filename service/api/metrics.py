@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.deps import MetricsDep
 from service.catalog.protocol import StoreTallies
 from service.metrics import Metrics
 
@@ -79,5 +80,5 @@ router = APIRouter(tags=["metrics"])
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(registered: MetricsDep) -> Response:
+    return Response(generate_latest(registered.registry), media_type=CONTENT_TYPE_LATEST)

@@ -81,7 +81,7 @@ def test_every_wire_format_reads_the_same_bits(live_url: str, entries: list[Mani
 
 
 def test_full_read_equals_the_stored_entry(client: FeatureClient, app, entries: list[Manifest]) -> None:
-    store = app.state.store
+    store = app.state.services.store
     for manifest in entries:
         stored = {name: bytes(t.data) for name, t in store.get(manifest.content_hash).items()}
         assert _arrays(client.fetch(manifest.feature_key())) == stored
@@ -178,11 +178,11 @@ def test_an_index_that_lies_is_refused_even_with_a_valid_header_checksum(
 
 def test_entries_from_before_the_chunk_format_still_read(live_url: str, app, entries: list[Manifest]) -> None:
     manifest = entries[0]
-    tensors = app.state.store.get(manifest.content_hash)
+    tensors = app.state.services.store.get(manifest.content_hash)
 
     def relisted(revision: str, update: dict) -> Manifest:
         old = manifest.model_copy(update={"model_revision": revision, "seq": None, **update})
-        app.state.versions.add(old)
+        app.state.services.versions.add(old)
         return old
 
     # sha256 chunk digests, as the first entries with digests were written
@@ -226,7 +226,7 @@ def test_blobs_of_another_codec_still_read(tmp_path: Path, tiny_model_dir: Path,
         expected = _arrays(client.fetch(written.feature_key()))
     new = create_app(Settings(data_dir=data, model_dir=tiny_model_dir, device="cpu"), tiny_loaded)
     with LiveServer(new) as url, FeatureClient(url) as client:
-        assert new.state.settings.codec == StoreCodec.LZ4_BITSHUFFLE
+        assert new.state.services.settings.codec == StoreCodec.LZ4_BITSHUFFLE
         assert _arrays(client.fetch(written.feature_key())) == expected
         assert np.array_equal(
             client.fetch(written.feature_key(), layers=[3]).hidden_states.float().numpy(),

@@ -27,7 +27,7 @@ def test_a_replica_takes_jobs_refuses_to_extract_and_never_loads_weights(tmp_pat
         time.sleep(0.5)
         status = http.get(f"/v1/jobs/{job.json()['id']}").json()
         assert (status["total"], status["done"], status["state"]) == (2, 0, "queued")  # the workers' to run
-        assert not app.state.models.loaded
+        assert not app.state.services.models.loaded
 
 
 def test_a_replicas_start_up_lines_say_who_extracts(tmp_path: Path, tiny_model_dir: Path) -> None:

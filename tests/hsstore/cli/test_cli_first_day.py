@@ -186,7 +186,7 @@ def test_workers_lists_who_holds_which_items_until_when(settings, tiny_loaded, t
         assert "no worker holds a lease now" in invoke("workers", "--url", url).stderr
         submitted = ok("warm", str(prompts), "--url", url, "--no-wait")  # "job <id>: 3 items ..."
         job = submitted.split(":", 1)[0].removeprefix("job ")
-        windowed.state.queue.jobs.claim_items(job, "gpu-host-7:cuda:3", 2, lease_s=600)  # as a worker's claim
+        windowed.state.services.queue.jobs.claim_items(job, "gpu-host-7:cuda:3", 2, lease_s=600)  # as a worker's claim
         listed = ok("workers", "--url", url)
         assert "gpu-host-7:cuda:3" in listed and job[:10] in listed and " 2 " in listed
         (lease,) = json.loads(ok("workers", "--url", url, "--json"))

@@ -100,7 +100,7 @@ def test_lone_surrogates_are_refused_before_any_work(counted: Counted, settings:
 def test_a_full_disk_is_507_and_publishes_nothing(
     counted: Counted, app: FastAPI, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = app.state.store
+    store = app.state.services.store
 
     def full(*_: object) -> bool:
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -120,7 +120,7 @@ def test_a_disk_that_fills_after_the_blob_leaves_no_orphan(
     def full(*_: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(app.state.store, "put_manifest", full)  # the blob is published, its document is not
+    monkeypatch.setattr(app.state.services.store, "put_manifest", full)  # the blob is published, its document is not
     assert_envelope(counted.request("POST", "/v1/extract", json={"samples": [GOOD]}), 507, "storage_full")
     assert stored_files(settings) == [] and counted.request("GET", "/v1/entries").json()["entries"] == []
 

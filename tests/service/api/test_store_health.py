@@ -21,7 +21,7 @@ def test_health_and_metrics_read_the_tallies(app: FastAPI, live_url: str) -> Non
         assert (tally.entries, tally.tokens, tally.damaged) == (3, sum(m.num_tokens for m in stored), 0)
         assert healthy.attention == []
         damaged = IntegrityRecord(status=Integrity.CORRUPT, checked_at="2026-12-05T00:00:00.000000Z", detail="crc")
-        app.state.versions.set_integrity(stored[1].content_hash, damaged)  # what a scrub records
+        app.state.services.versions.set_integrity(stored[1].content_hash, damaged)  # what a scrub records
         (tally,) = client.health().tallies
         assert tally.damaged == 1 and [m.content_hash for m in client.health().attention] == [stored[1].content_hash]
     said = CliRunner().invoke(cli, ["health", "--url", live_url])

@@ -37,7 +37,7 @@ def test_estimate_matches_an_actual_extraction(client: FeatureClient, app, layer
     assert report.tokens == sum(m.num_tokens for m in manifests)  # tokenised as extraction tokenises
     raw = sum(t.data.nbytes for m in manifests for t in client.fetch(m.feature_key()).tensors.values())
     assert report.raw_bytes == raw
-    actual = _stored_bytes(app.state, manifests)
+    actual = _stored_bytes(app.state.services, manifests)
     assert abs(report.stored_bytes - actual) / actual < 0.10, (report.stored_bytes, actual)
     assert report.samples == len(prompts[3:]) and report.backends == ["torch"]
 

@@ -12,8 +12,9 @@ from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
 from schemas.keys import EntryFilter
 from service.core.trust.rebuild import RejectedDocument
-from service.main import Services, build_services
+from service.main import build_services
 from service.model.loader import LoadedModel
+from service.services import Services
 from service.settings import Settings
 
 

@@ -44,7 +44,7 @@ def test_release_load_extract_unload_resume_healthy(windowed_settings: Settings,
 
 def test_the_gpu_goes_back_when_extraction_raises(windowed_settings: Settings, events, standin) -> None:
     app = create_app(windowed_settings, on_event=events.append)
-    models = app.state.models
+    models = app.state.services.models
 
     class Exploding:
         def extract_many(self, *args, **kwargs):
