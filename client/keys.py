@@ -4,7 +4,7 @@ arguments (`prompt` or `prompt_hash`, `featureset` as an object or an id, `layer
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Unpack
+from typing import Any, Unpack, overload
 
 from client.errors import InvalidRequestError
 from schemas.api import FeatureRead, LayersKey
@@ -56,6 +56,10 @@ def key_of_parts(prompt: Mapping[str, Any] | None = None, **parts: Unpack[KeyPar
         raise InvalidRequestError(str(exc)) from None
 
 
+@overload
+def featureset_of(layers: FeatureSet | Sequence[LayerId]) -> FeatureSet: ...
+@overload
+def featureset_of(layers: FeatureSet | Sequence[LayerId] | None) -> FeatureSet | None: ...
 def featureset_of(layers: FeatureSet | Sequence[LayerId] | None) -> FeatureSet | None:
     if layers is None or isinstance(layers, FeatureSet):
         return layers

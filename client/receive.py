@@ -145,7 +145,10 @@ class ChunkDecoder:
         deferrable = self.verify == "chunks" and header.full and HIDDEN_SCALES not in manifest.tensors
         for sent in header.arrays:
             deferred = deferrable and sent.name == self.defer
-            array = _Array(sent, manifest.tensors[sent.name].chunks, deferred)  # type: ignore[arg-type]
+            digests = manifest.tensors[sent.name].chunks
+            if digests is None:
+                raise IntegrityError(f"{sent.name}: sent in chunks, but its manifest records none")
+            array = _Array(sent, digests, deferred)
             places = [(at, offset, length) for at, offset, length, _ in sent.chunks]
             if deferred:
                 self._deferred = (array, places)

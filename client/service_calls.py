@@ -166,7 +166,7 @@ class ServiceCalls:
         request = EstimateRequest(
             samples=[dict(s) for s in samples],
             featureset=featureset_of(featureset),
-            recipes=[featureset_of(r) for r in recipes] if recipes is not None else None,  # type: ignore[misc]
+            recipes=[featureset_of(r) for r in recipes] if recipes is not None else None,
             backends=list(backends),
             tokens_per_s=tokens_per_s,
         )

@@ -96,9 +96,10 @@ def digests_of(data: np.ndarray, chunk: tuple[int, ...], algorithm: DigestName =
 def entry_digest(arrays: Mapping[str, ChunkDigests | None]) -> str | None:
     """One digest over every array's chunk digests (None if any array has none): what binds the per-chunk record of
     an entry together, so a reader can tell that the list it checks against is the list that was written."""
-    if any(digests is None for digests in arrays.values()):
+    present = {name: digests for name, digests in arrays.items() if digests is not None}
+    if len(present) < len(arrays):
         return None
-    listing = {name: digests.model_dump(mode="json") for name, digests in sorted(arrays.items())}  # type: ignore[union-attr]
+    listing = {name: digests.model_dump(mode="json") for name, digests in sorted(present.items())}
     return "blake3:" + blake3.blake3(json.dumps(listing, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

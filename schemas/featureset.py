@@ -62,7 +62,7 @@ def parse_layer(token: str) -> LayerId:
     """A layer named in a query string: an integer or embed/final_norm."""
     token = token.strip()
     if token in (EMBED, FINAL_NORM):
-        return token  # type: ignore[return-value]
+        return EMBED if token == EMBED else FINAL_NORM
     try:
         return int(token)
     except ValueError:
@@ -133,6 +133,7 @@ class FeatureSet(BaseModel):
             if dtype != "bfloat16" or target_ids or top_k is not None:
                 raise ValueError("dtype, target_ids and top_k describe a featureset: give its layers too")
             return None
+        # dtype is a name to validate: pydantic refuses one it does not know, in words
         return cls(layers=parse_layers(layers), dtype=dtype, target_ids=target_ids, top_k=top_k)  # type: ignore[arg-type]
 
     def holds(self, wanted: FeatureSet) -> bool:

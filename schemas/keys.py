@@ -191,10 +191,12 @@ class FeatureKey(BaseModel):
             parts = {"dtype": featureset.dtype, "target_ids": featureset.target_ids or None, "top_k": featureset.top_k}
         try:
             return cls(
+                # the parts as a caller named them, typed or not: pydantic validates each (ValueError in words)
                 prompt_hash=prompt_hash if prompt_hash is not None else hash_prompt(prompt),  # type: ignore[arg-type]
                 model_revision=named.get("model_revision"),
                 backend=named.get("backend"),
                 content_hash=named.get("content_hash"),
+                # as above: validated by pydantic
                 **parts,  # type: ignore[arg-type]
             )
         except ValidationError as exc:

@@ -31,7 +31,7 @@ def _blosc2() -> ModuleType:
     import blosc2
 
     blosc2.set_releasegil(True)  # decodes run on thread pools; blosc2 holds the interpreter lock unless told
-    return blosc2  # type: ignore[no-any-return]
+    return blosc2  # type: ignore[no-any-return]  # blosc2 ships no type information: the module is Any
 
 
 def chunk_bytes(frame: memoryview, nbytes: int, out: np.ndarray | None = None) -> np.ndarray:

@@ -91,7 +91,7 @@ class DeviceFeed:
                     raise item
                 landed: dict[str, Any]
                 event: Any
-                landed, event = item  # type: ignore[misc]
+                landed, event = item  # type: ignore[misc]  # neither an error nor _END: a (tensors, event) pair
                 if cuda:
                     stream = torch.cuda.current_stream(self.device)
                     stream.wait_event(event)

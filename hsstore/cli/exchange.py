@@ -52,7 +52,7 @@ def export(
         else:
             listing = [filters(prompt_hash, since_option(since))]
         chosen = parse_layers(layers) if layers else None
-        try:
+        try:  # --dtype as typed: pydantic refuses a name it does not know (below, in words)
             holding = FeatureSet(layers=chosen, dtype=dtype) if chosen and featureset is None else None  # type: ignore[arg-type]
         except ValueError as exc:
             raise CliError(f"--dtype {dtype!r}: {exc}") from None

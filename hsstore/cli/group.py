@@ -81,7 +81,7 @@ def describe_values(command: Any, root: bool = True) -> None:
         if isinstance(param, TyperArgument | TyperOption) and param.metavar is None:
             param.metavar = _metavar(param)
         if isinstance(param, TyperArgument):  # usage as click writes it (`JSONL`, `[PATH]`), not typer's `{JSONL}`
-            param.get_usage_pieces = partial(_usage, param)  # type: ignore[method-assign]
+            param.get_usage_pieces = partial(_usage, param)  # type: ignore[method-assign]  # click's hook, per param
     if not root and command.epilog is None:
         command.epilog = ROOT_HELP
     for sub in getattr(command, "commands", {}).values():

@@ -137,7 +137,7 @@ def estimate(
             None if recipes else featureset_option(layers, dtype, target_ids, top_k),
             backend or ["auto"],
             tokens_per_s=tokens_per_s,
-            recipes=recipes or None,  # type: ignore[arg-type]
+            recipes=[r for r in recipes if r is not None] or None,
         )
     if as_json:
         typer.echo(report.model_dump_json())

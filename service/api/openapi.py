@@ -60,21 +60,22 @@ def document_app(app: FastAPI, vocab_size: int | None, num_layers: int | None, m
     build = app.openapi
 
     def document() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()
-            for operations in schema["paths"].values():
-                for operation in operations.values():
-                    if "requestBody" in operation:
-                        operation["responses"].setdefault("400", {"description": _MEANING[400], "content": _ENVELOPE})
-            if vocab_size is not None:
-                _cap_integers(schema, "token_ids", vocab_size - 1)
-            if num_layers is not None:
-                _cap_integers(schema, "layers", num_layers - 1)
-            minutes = schema["components"]["schemas"]["WindowOpenRequest"]["properties"]["minutes"]
-            minutes["exclusiveMinimum"] = max(minutes.get("exclusiveMinimum", 0), margin_s / 60)
-        return app.openapi_schema  # type: ignore[return-value]
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()  # FastAPI's own, which keeps it as app.openapi_schema: amended once, in place
+        for operations in schema["paths"].values():
+            for operation in operations.values():
+                if "requestBody" in operation:
+                    operation["responses"].setdefault("400", {"description": _MEANING[400], "content": _ENVELOPE})
+        if vocab_size is not None:
+            _cap_integers(schema, "token_ids", vocab_size - 1)
+        if num_layers is not None:
+            _cap_integers(schema, "layers", num_layers - 1)
+        minutes = schema["components"]["schemas"]["WindowOpenRequest"]["properties"]["minutes"]
+        minutes["exclusiveMinimum"] = max(minutes.get("exclusiveMinimum", 0), margin_s / 60)
+        return schema
 
-    app.openapi = document  # type: ignore[method-assign]
+    app.openapi = document  # type: ignore[method-assign]  # FastAPI's documented way to amend an app's schema
 
 
 def _cap_integers(node: Any, under: str, maximum: int, inside: bool = False) -> None:

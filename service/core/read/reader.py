@@ -168,7 +168,9 @@ class FeatureReader:
         arrays, offset = [], 0
         for name, where in sorted(located.items()):
             info = manifest.tensors[name]
-            digests = info.chunks.digests  # type: ignore[union-attr]
+            chunks = info.chunks
+            assert chunks is not None  # `locate` finds only entries stored in chunks, each with its chunk record
+            digests = chunks.digests
             sent = []
             for at, _, length in where.chunks:
                 sent.append((at, offset, length, digests[at]))
@@ -179,7 +181,7 @@ class FeatureReader:
                     name=name,
                     dtype=info.dtype,
                     shape=info.shape,
-                    chunk=info.chunks.shape,  # type: ignore[union-attr]
+                    chunk=chunks.shape,
                     codec="blosc",
                     rows=part.tokens,
                     axis1=list(axis1) if axis1 is not None else None,
