@@ -23,12 +23,7 @@ from client.receive import Verify, receive
 from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
 from schemas import batch_frames, datasets
-from schemas.api import (
-    BatchRequest,
-    DatasetInfo,
-    DatasetRequest,
-    FeatureRead,
-)
+from schemas.api import BatchRequest, DatasetInfo, DatasetRequest, FeatureRead
 from schemas.chunk_body import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import BY_FRAME_KIND, DEFAULT_URL, ERROR_FRAME, BodyFormat, accept_header, format_of

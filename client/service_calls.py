@@ -12,9 +12,6 @@ from client.transport import Transport
 from schemas import safetensors_body
 from schemas.api import (
     IMPORT_METADATA,
-    AuditReport,
-    AuditRequest,
-    CompareReport,
     EntriesPage,
     ExtractRequest,
     ExtractResponse,
@@ -23,8 +20,8 @@ from schemas.api import (
     Info,
     KeysPage,
     ListedKey,
-    StoreHealth,
 )
+from schemas.checks_api import AuditReport, AuditRequest, CompareReport, StoreHealth
 from schemas.estimates import EstimateReport, EstimateRequest
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import BODY_FORMATS, BodyFormat

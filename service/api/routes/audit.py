@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from schemas.api import AuditReport, AuditRequest
+from schemas.checks_api import AuditReport, AuditRequest
 from service.api.deps import AuditorDep, WriteScope
 from service.api.openapi import errors
 from service.api.queries import check_backend

@@ -4,8 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from schemas.api import CompareReport
 from schemas.backend import STORED_BACKENDS
+from schemas.checks_api import CompareReport
 from service.api.deps import AuditorDep, ReadScope, Scope, SettingsDep
 from service.api.openapi import errors
 from service.api.queries import KeyQueryDep, check_backend

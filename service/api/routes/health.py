@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from schemas.api import StoreHealth, StoreTally
+from schemas.checks_api import StoreHealth, StoreTally
 from schemas.keys import CURSOR
 from service.api.deps import ReadScope, StoreDep, VersionsDep
 from service.api.openapi import errors

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import torch
 
-from schemas.api import LayerComparison
+from schemas.checks_api import LayerComparison
 from schemas.featureset import LayerId
 from schemas.fp8 import dequantise
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES

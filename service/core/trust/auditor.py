@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import partial
 
-from schemas.api import AuditReport, AuditResult, CompareReport, ExtractRequest
+from schemas.api import ExtractRequest
 from schemas.backend import UNKNOWN_BACKEND, Backend
+from schemas.checks_api import AuditReport, AuditResult, CompareReport
 from schemas.content_hash import content_hash
 from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import AuditRecord, Manifest

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 
-from schemas.api import VerifyReport, VerifyResult
+from schemas.checks_api import VerifyReport, VerifyResult
 from schemas.content_hash import content_hash
 from schemas.keys import EntryFilter
 from schemas.manifest import IntegrityRecord, Manifest
