@@ -126,6 +126,23 @@ def count_into(tallies: dict[int, list[int]], space: int, manifest: Manifest) ->
         tally[position] += count
 
 
+# a version counted into its key space's tally (or moved between attentions), on every engine
+TALLY = (
+    "INSERT INTO tallies (space, entries, tokens, bytes, flagged, damaged, suspect) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (space) DO UPDATE SET entries = tallies.entries + excluded.entries,"
+    " tokens = tallies.tokens + excluded.tokens, bytes = tallies.bytes + excluded.bytes,"
+    " flagged = tallies.flagged + excluded.flagged, damaged = tallies.damaged + excluded.damaged,"
+    " suspect = tallies.suspect + excluded.suspect"
+)
+
+
+def attention_delta(space: int, before: Attention, after: Attention) -> tuple[int, ...]:
+    """A TALLY row moving one version of `space` from one attention to another: its flagged, damaged and suspect
+    counts by -1, 0 or +1, nothing else."""
+    moved = (int(bool(after & bit)) - int(bool(before & bit)) for bit in Attention)
+    return (space, 0, 0, 0, *moved)
+
+
 @dataclass(frozen=True, slots=True)
 class KeySpace:
     """A row of `key_spaces`: the parts of an entry key a version shares with every version of its run, and the

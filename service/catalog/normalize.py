@@ -14,6 +14,7 @@ from typing import Any
 
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from service.catalog.manifest_rows import (
+    TALLY,
     KeySpace,
     attention_of,
     body_of,
@@ -24,7 +25,7 @@ from service.catalog.manifest_rows import (
     sample_of,
 )
 from service.catalog.references import FINGERPRINT_ID, INSERT_FINGERPRINT, INSERT_SPACE, SPACE_ID
-from service.catalog.version_rows import INSERT_SAMPLE, TALLY
+from service.catalog.version_rows import INSERT_SAMPLE
 
 _BATCH = 5_000
 

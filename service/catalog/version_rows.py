@@ -20,20 +20,22 @@ from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import SUSPECT_AUDITS, Integrity
 from service.catalog.manifest_rows import (
+    TALLY,
     Attention,
     VersionRow,
+    attention_delta,
     attention_of,
     body_of,
     content_bytes,
     content_text,
     count_into,
-    hex_prefix_range,
     prompt_bytes,
     sample_of,
     tally_of,
 )
 from service.catalog.references import References
 from service.catalog.sql_dialect import Dialect
+from service.catalog.version_filters import filter_clause
 from service.catalog.version_records import StoredKey, Tally
 
 _ROW = (
@@ -45,20 +47,6 @@ _KEY = "v.prompt_hash = ? AND v.space = ? AND v.content_hash = ?"
 INSERT_SAMPLE = "INSERT INTO samples (prompt_hash, sample) VALUES (?, ?) ON CONFLICT DO NOTHING"
 # an old prompt hash's alias, recorded once (the migration's re-keying and the rebuild's both record it)
 RECORD_MOVE = "INSERT INTO prompt_aliases (old_hash, prompt_hash) VALUES (?, ?) ON CONFLICT DO NOTHING"
-TALLY = (
-    "INSERT INTO tallies (space, entries, tokens, bytes, flagged, damaged, suspect) VALUES (?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (space) DO UPDATE SET entries = tallies.entries + excluded.entries,"
-    " tokens = tallies.tokens + excluded.tokens, bytes = tallies.bytes + excluded.bytes,"
-    " flagged = tallies.flagged + excluded.flagged, damaged = tallies.damaged + excluded.damaged,"
-    " suspect = tallies.suspect + excluded.suspect"
-)
-
-
-def attention_delta(space: int, before: Attention, after: Attention) -> tuple[int, ...]:
-    """A TALLY row moving one version of `space` from one attention to another: its flagged, damaged and suspect
-    counts by -1, 0 or +1, nothing else."""
-    moved = (int(bool(after & bit)) - int(bool(before & bit)) for bit in Attention)
-    return (space, 0, 0, 0, *moved)
 
 
 class SqlVersionCatalog(Dialect, ABC):
@@ -186,41 +174,12 @@ class SqlVersionCatalog(Dialect, ABC):
         rows: list[tuple] = []
         with self.db.connection() as conn:
             for one in [spaces] if spaces is None or hashed else [[space] for space in spaces]:
-                text, params = self._where(where, one, hashed, after_seq)
+                text, params = filter_clause(where, one, hashed, after_seq)
                 # beside a hash, the few rows it names are sorted: ordered by the seq's index, a LIMIT would walk it
                 order = "+v.seq" if hashed else "v.seq"
                 statement = self._sql(f"{select} WHERE {text} ORDER BY {order} LIMIT ?")
                 rows.extend(conn.execute(statement, (*params, limit)).fetchall())
         return sorted(rows, key=lambda row: row[0])[:limit]
-
-    @staticmethod
-    def _where(where: EntryFilter, spaces: list[int] | None, hashed: bool, after_seq: int) -> tuple[str, list[object]]:
-        """The WHERE clause of a filtered listing over `spaces` (None: any) and its parameters."""
-        # Beside a hash, its index alone must be read: `+` keeps the cursor and the key space from being the index
-        # the planner walks instead (the table in seq order, or a key space's every version, for one prompt)
-        seq, space = ("+v.seq", "+v.space") if hashed else ("v.seq", "v.space")
-        clauses = [f"{seq} > ?"]
-        params: list[object] = [after_seq]
-        if spaces is not None:
-            clauses.append(f"{space} IN ({', '.join('?' * len(spaces))})" if len(spaces) > 1 else f"{space} = ?")
-            params.extend(spaces)
-        for column, value in (
-            ("v.prompt_hash", where.prompt_hash),
-            ("v.content_hash", where.content_hash and where.content_hash.removeprefix("sha256:")),
-        ):
-            if value is None:
-                continue
-            if len(value) == 64:
-                clauses.append(f"{column} = ?")
-                params.append(bytes.fromhex(value))
-                continue
-            low, high = hex_prefix_range(value)
-            clauses.append(f"{column} >= ?" + ("" if high is None else f" AND {column} < ?"))
-            params.extend([low] if high is None else [low, high])
-        if where.since is not None:
-            clauses.append("v.created_at >= ?")
-            params.append(where.since)
-        return " AND ".join(clauses), params
 
     def set_audit(self, key: EntryKey, content_hash: str, record: AuditRecord) -> None:
         if (space := self.refs.key_space(key)) is None:
