@@ -1,5 +1,5 @@
 """What a catalog does, as three narrow protocols: versions of entries, warm jobs, and a small key/value table.
-SQLite implements each today and Postgres will; `service/catalog/testing.py` holds the suite each must pass."""
+SQLite and Postgres implement each; `service/catalog/testing.py` and `jobs_testing.py` hold the suites each passes."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ class Completions(Protocol):
 
 class JobStore(Jobs, Leases, Completions, Protocol):
     """What a catalog engine implements for warm jobs: the three parts, each with its part of the contract suite
-    (`service.catalog.testing`)."""
+    (`service.catalog.jobs_testing`)."""
 
 
 class KeyValue(Protocol):

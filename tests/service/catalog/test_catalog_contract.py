@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from service.catalog import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog, VersionCatalog
+from service.catalog.jobs_testing import JobStoreTests
 from service.catalog.migrations import TABLE, SchemaTooNew
 from service.catalog.postgres import PostgresDatabase, PostgresJobStore, PostgresKeyValue, PostgresVersionCatalog
 from service.catalog.postgres import jobs as postgres_jobs
@@ -17,7 +18,7 @@ from service.catalog.postgres import kv as postgres_kv
 from service.catalog.postgres import versions as postgres_versions
 from service.catalog.sqlite import jobs as sqlite_jobs
 from service.catalog.sqlite import versions as sqlite_versions
-from service.catalog.testing import JobStoreTests, KeyValueTests, VersionCatalogTests, manifest
+from service.catalog.testing import KeyValueTests, VersionCatalogTests, manifest
 
 
 @pytest.fixture
