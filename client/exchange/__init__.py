@@ -1,17 +1,9 @@
 """Moving features in and out of SpecForge's and speculators' offline datasets (`hsstore export`, `hsstore import`).
 Needs torch and safetensors; `import client` does not load it."""
 
+from client.exchange.exporting import ExportChoice, Exported, choose, export
 from client.exchange.formats import FormatError
-from client.exchange.move import (
-    ExportChoice,
-    Exported,
-    ImportPlan,
-    ImportSummary,
-    choose,
-    export,
-    import_dir,
-    plan_import,
-)
+from client.exchange.importing import ImportPlan, ImportSummary, import_dir, plan_import
 from schemas.resolution import newest_versions
 
 __all__ = [
