@@ -5,34 +5,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import tomllib
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.states import TokenScope
-from service.errors import ConfigError
-
-CONFIG_ENV = "HSSTORE_CONFIG"
-
-
-# A config file named on the command line, for the one Settings being built (never the process environment)
-_CONFIG_FILE: ContextVar[Path | None] = ContextVar("hsstore_config_file", default=None)
-
-
-def _toml_source(settings_cls: type[BaseSettings], path: Path) -> TomlConfigSettingsSource:
-    if not path.is_file():
-        raise ConfigError(f"the config file {path} ({CONFIG_ENV} or --config) does not exist")
-    try:
-        return TomlConfigSettingsSource(settings_cls, toml_file=path)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"the config file {path} is not valid TOML: {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"the config file {path} cannot be read: {exc.strerror}") from None
+from service.config_file import config_file, config_file_sources
 
 
 class Settings(BaseSettings):
@@ -248,19 +229,13 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        if config := _CONFIG_FILE.get() or os.environ.get(CONFIG_ENV):
-            sources.append(_toml_source(settings_cls, Path(config)))
-        return tuple(sources)
+        return (init_settings, env_settings, *config_file_sources(settings_cls))
 
     @classmethod
     def load(cls, config: Path | None = None, **overrides: Any) -> Settings:
         """Settings from `overrides`, the environment and the TOML file `config` (else the one HSSTORE_CONFIG names)."""
-        token = _CONFIG_FILE.set(config)
-        try:
+        with config_file(config):
             return cls(**overrides)
-        finally:
-            _CONFIG_FILE.reset(token)
 
     @property
     def store_read_only(self) -> bool:

@@ -34,7 +34,8 @@ def serve(
 ) -> None:
     """Run the service: load the model (now, or when a window opens) and serve the store. Logs every request."""
     from hsstore.cli.errors import CliError
-    from service.settings import CONFIG_ENV, Settings
+    from service.config_file import CONFIG_ENV
+    from service.settings import Settings
 
     overrides = {
         k: v

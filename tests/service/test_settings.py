@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import CONFIG_ENV, Settings
+from service.config_file import CONFIG_ENV
+from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 
