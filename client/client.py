@@ -19,7 +19,7 @@ from client.direct import read_direct
 from client.errors import IntegrityError
 from client.features import Features
 from client.keys import KeyLike, batch_item, part_of_parts, snapshot_key
-from client.receive import Verify, receive
+from client.receive import receive
 from client.service_calls import ServiceCalls
 from client.transport import Transport, batch_error
 from schemas import batch_frames, datasets
@@ -28,6 +28,7 @@ from schemas.chunk_body import DirectEntries
 from schemas.featureset import FeatureSet, LayerId
 from schemas.http import BY_FRAME_KIND, DEFAULT_URL, ERROR_FRAME, BodyFormat, accept_header, format_of
 from schemas.keys import FeatureKey, KeyParts
+from schemas.states import Verify
 from schemas.tokens import TokenRange
 
 Tokens = tuple[int | None, int | None] | TokenRange | str

@@ -11,10 +11,11 @@ from client.bodies import Connections, at_end, fill, read_all
 from client.errors import IntegrityError
 from client.features import Features
 from client.host_memory import HOST_MEMORY
-from client.receive import ChunkDecoder, Verify
+from client.receive import ChunkDecoder
 from schemas.chunk_body import DirectEntry
 from schemas.http import MalformedBody
 from schemas.manifest import Manifest
+from schemas.states import Verify
 
 
 def _runs(entry: DirectEntry) -> list[tuple[str, int, int, int]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future
 from math import prod
-from typing import Literal
 
 import numpy as np
 
@@ -28,10 +27,9 @@ from schemas.chunks import ChunkDigests, as_positions, grid, touched, unflatten
 from schemas.content_hash import content_hash
 from schemas.http import BodyFormat, MalformedBody
 from schemas.manifest import HIDDEN_SCALES, Manifest
+from schemas.states import Verify
 from schemas.stored_chunk import StoredChunkError, chunk_bytes
 from schemas.tensors import DTYPES, RawTensor
-
-Verify = Literal["chunks", "full"]
 
 
 class _Array:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
+# How much of a read is checked, one vocabulary for the client's `verify` and the service's `verify_reads`: "chunks"
+# each chunk against what was recorded when it was written; "full" a whole entry's content hash as well
+Verify = Literal["chunks", "full"]
+
 
 class JobState(StrEnum):
     QUEUED = "queued"

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
-from schemas.states import TokenScope
+from schemas.states import TokenScope, Verify
 from service.config_file import config_file, config_file_sources
 
 
@@ -101,10 +101,10 @@ class Settings(BaseSettings):
         "per kind of layer and pack (the kernels and arguments of the eager layers, so their bits): the GPU stays fed "
         "while the writer threads take the host (docs/measurements.md); false = every layer eagerly",
     )
-    verify_reads: Literal["chunks", "content_hash"] = Field(
+    verify_reads: Verify = Field(
         default="chunks",
-        description="chunks: every chunk read is checked against its crc32c; content_hash: full reads are also "
-        "re-hashed by the service (the client verifies the content hash on receipt either way)",
+        description="chunks: every chunk read is checked against its crc32c; full: whole reads are also re-hashed "
+        "against the content hash by the service (the client verifies on receipt either way: its own `verify`)",
     )
     writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
     heap: Literal["auto", "bounded", "glibc"] = Field(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from hsstore.cli.inputs import key_lines, since_option
-from hsstore.cli.options import JsonOption, client_of, console
+from hsstore.cli.options import FeaturesetOption, JsonOption, client_of, console
 
 dataset_app = typer.Typer(
     help="Dataset snapshots: exactly these versions, by one id", no_args_is_help=True, rich_markup_mode=None
@@ -24,7 +24,7 @@ def dataset_create(
     ] = None,
     backend: Annotated[str | None, typer.Option()] = None,
     model_revision: Annotated[str | None, typer.Option()] = None,
-    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    featureset: FeaturesetOption = None,
     since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
     as_json: JsonOption = False,
 ) -> None:

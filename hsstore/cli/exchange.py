@@ -10,7 +10,7 @@ import typer
 
 from hsstore.cli.errors import CliError
 from hsstore.cli.inputs import key_lines, since_option
-from hsstore.cli.options import DtypeOption, client_of, console, progress_bar
+from hsstore.cli.options import DtypeOption, FeaturesetOption, client_of, console, progress_bar
 from schemas.exchange import ExchangeFormat
 from schemas.featureset import FeatureSet, parse_layers
 from schemas.keys import EntryFilters
@@ -24,7 +24,7 @@ def export(
     fmt: FormatOption,
     model_revision: Annotated[str | None, typer.Option()] = None,
     backend: Annotated[str | None, typer.Option()] = None,
-    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    featureset: FeaturesetOption = None,
     prompt_hash: Annotated[str | None, typer.Option(help="a prompt hash or a prefix of one")] = None,
     since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
     hashes: Annotated[Path | None, typer.Option(help="JSONL of prompt hashes (e.g. `hsstore extract --json`)")] = None,

@@ -43,7 +43,6 @@ def hoist_root_options(args: list[str]) -> list[str]:
 # says only the Python type)
 METAVARS = {
     "featureset": "ID",
-    "featureset_id": "ID",
     "prompt_hash": "HASH",
     "content_hash": "HASH",
     "backend": "BACKEND",

@@ -34,9 +34,11 @@ TargetIdsOption = Annotated[bool, typer.Option("--target-ids", help="also store 
 TopKOption = Annotated[
     int | None, typer.Option(help="also store the target's top-k next-token log-probabilities and their mass")
 ]
-FeaturesetIdOption = Annotated[
-    str | None,
-    typer.Option("--featureset", help="instead of --layers: a featureset's id (one the store holds, or the default)"),
+# --featureset ID, one name wherever a verb takes a featureset's id: a filter where entries are found or read, a
+# choice instead of --layers where features are extracted
+FeaturesetOption = Annotated[str | None, typer.Option(help="featureset id")]
+FeaturesetForLayersOption = Annotated[
+    str | None, typer.Option(help="instead of --layers: a featureset's id (one the store holds, or the default)")
 ]
 
 

@@ -10,7 +10,7 @@ import typer
 
 from hsstore.cli import output as out
 from hsstore.cli.inputs import resolve_content_hash, resolve_prompt_hash, since_option
-from hsstore.cli.options import client_of, console
+from hsstore.cli.options import FeaturesetOption, client_of, console
 
 
 def get(
@@ -18,7 +18,7 @@ def get(
     prompt_hash: Annotated[str, typer.Argument(help="prompt hash, or a unique prefix as `hsstore entries` prints")],
     backend: Annotated[str | None, typer.Option()] = None,
     model_revision: Annotated[str | None, typer.Option()] = None,
-    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    featureset: FeaturesetOption = None,
     content_hash: Annotated[str | None, typer.Option(help="a version's content hash, or a unique prefix")] = None,
     out_file: Annotated[
         Path | None, typer.Option("--out", help="write the verified tensors as a .safetensors file")
@@ -61,7 +61,7 @@ def entries(
     prompt_hash: Annotated[str | None, typer.Option(help="a prompt hash or a prefix of one")] = None,
     backend: Annotated[str | None, typer.Option()] = None,
     model_revision: Annotated[str | None, typer.Option()] = None,
-    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    featureset: FeaturesetOption = None,
     since: Annotated[str | None, typer.Option(help="ISO-8601 time, or an age: 30m, 12h, 7d")] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="entries per page")] = 50,
     cursor: Annotated[str | None, typer.Option(help="the cursor a previous page printed")] = None,
@@ -101,7 +101,7 @@ def compare(
     prompt_hash: Annotated[str, typer.Argument(help="prompt hash, or a unique prefix")],
     a: Annotated[str, typer.Option(help="first backend")] = "fla",
     b: Annotated[str, typer.Option(help="second backend")] = "torch",
-    featureset: Annotated[str | None, typer.Option(help="featureset id")] = None,
+    featureset: FeaturesetOption = None,
     extract: Annotated[bool, typer.Option(help="extract a missing side")] = False,
 ) -> None:
     """Per-layer cosine (mean, min), max |diff| and bitwise-equal fraction of two backends' features."""

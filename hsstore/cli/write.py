@@ -14,7 +14,7 @@ from hsstore.cli.inputs import SampleFile, featureset_named, featureset_option
 from hsstore.cli.options import (
     INTERRUPTED,
     DtypeOption,
-    FeaturesetIdOption,
+    FeaturesetForLayersOption,
     JsonOption,
     LayersOption,
     SamplesArgument,
@@ -41,26 +41,26 @@ def extract(
     dtype: DtypeOption = "bfloat16",
     target_ids: TargetIdsOption = False,
     top_k: TopKOption = None,
-    featureset_id: FeaturesetIdOption = None,
+    featureset: FeaturesetForLayersOption = None,
     batch: Annotated[int, typer.Option(min=1, help="samples per request")] = 8,
     as_json: JsonOption = False,
 ) -> None:
     """Extract (or find stored) features for every sample of a JSONL file now; prints each sample's prompt hash."""
     samples = SampleFile(jsonl)
-    featureset = featureset_option(layers, dtype, target_ids, top_k) if featureset_id is None else None
+    chosen = featureset_option(layers, dtype, target_ids, top_k) if featureset is None else None
     counts = {"extracted": 0, "existing": 0}
     started = utc_now()
     in_flight = 0  # samples of a request sent and not yet answered
     try:
         with stoppable(), client_of(ctx) as client, progress_bar() as progress:
-            if featureset_id is not None:
-                featureset = featureset_named(client, featureset_id, layers)
+            if featureset is not None:
+                chosen = featureset_named(client, featureset, layers)
             task = progress.add_task("extract", total=len(samples.samples))
             for start in range(0, len(samples.samples), batch):
                 in_flight = min(batch, len(samples.samples) - start)
                 try:
                     response = client.extract(
-                        samples.samples[start : start + batch], featureset=featureset, backend=backend
+                        samples.samples[start : start + batch], featureset=chosen, backend=backend
                     )
                     in_flight = 0
                 except Exception as exc:
@@ -201,7 +201,7 @@ def warm(
     dtype: DtypeOption = "bfloat16",
     target_ids: TargetIdsOption = False,
     top_k: TopKOption = None,
-    featureset_id: FeaturesetIdOption = None,
+    featureset: FeaturesetForLayersOption = None,
     priority: Annotated[int, typer.Option()] = 0,
     now: Annotated[bool, typer.Option("--now", help="run outside any window (admin)")] = False,
     wait: Annotated[bool, typer.Option(help="follow the job with a progress bar until it ends")] = True,
@@ -210,20 +210,20 @@ def warm(
     from client import HsstoreError
 
     samples = SampleFile(jsonl)
-    featureset = featureset_option(layers, dtype, target_ids, top_k) if featureset_id is None else None
+    chosen = featureset_option(layers, dtype, target_ids, top_k) if featureset is None else None
     status: JobStatus | None = None
     # Ctrl-C (or SIGTERM) from here on says what goes on in the service, however early it comes
     try:
         with stoppable(), client_of(ctx) as client:
-            if featureset_id is not None:
-                featureset = featureset_named(client, featureset_id, layers)
+            if featureset is not None:
+                chosen = featureset_named(client, featureset, layers)
             try:
                 status = client.submit_job(
                     jsonl=jsonl.read_bytes(),
                     backends=backend or ["auto"],
                     completion=completion,
                     priority=priority,
-                    featureset=featureset,
+                    featureset=chosen,
                     run_now=now,
                 )
             except HsstoreError as exc:

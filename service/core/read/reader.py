@@ -17,6 +17,7 @@ from schemas.http import BODY_FORMATS, FALLBACK, SERVED_HASH_HEADER, BodyFormat
 from schemas.keys import CURSOR, EntryFilter, FeatureKey
 from schemas.manifest import LAYER_ARRAYS, Manifest
 from schemas.resolution import serving
+from schemas.states import Verify
 from schemas.tensors import RawTensor, TensorLayout
 from schemas.timestamps import stamp
 from schemas.tokens import TokenRange
@@ -33,7 +34,7 @@ _HASH_PLACEHOLDER = "sha256:" + "0" * 64
 
 
 class FeatureReader:
-    def __init__(self, store: BlobStore, versions: VersionCatalog, verify_reads: str = "chunks") -> None:
+    def __init__(self, store: BlobStore, versions: VersionCatalog, verify_reads: Verify = "chunks") -> None:
         self.store = store
         self.versions = versions
         self.verify_reads = verify_reads
@@ -135,7 +136,7 @@ class FeatureReader:
         return Body(BODY_FORMATS[BodyFormat.SAFETENSORS], self._served_length(manifest, part), part, read)
 
     def read(self, manifest: Manifest, layers: list[LayerId] | None = None, tokens: TokenRange | None = None) -> Served:
-        """Every chunk read is checked against its crc32c; with `verify_reads="content_hash"` a full read is also
+        """Every chunk read is checked against its crc32c; with `verify_reads="full"` a full read is also
         re-hashed here (the client verifies the content hash on receipt either way)."""
         return self._read(manifest, self.part(manifest, layers, tokens))
 
@@ -145,7 +146,7 @@ class FeatureReader:
         tensors = self.read_part(manifest, part.selection, check_chunks=not part.full)
         if part.full:
             served_hash = manifest.content_hash
-            if self.verify_reads == "content_hash" and content_hash(tensors.values()) != manifest.content_hash:
+            if self.verify_reads == "full" and content_hash(tensors.values()) != manifest.content_hash:
                 raise CorruptEntry(f"stored bytes of {manifest.content_hash} no longer hash to it")
         else:
             served_hash = content_hash(tensors.values())

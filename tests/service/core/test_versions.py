@@ -97,7 +97,7 @@ def test_identical_tokens_from_two_prompts_share_one_blob(settings: Settings, ti
 
 def test_a_swapped_blob_is_caught_by_the_service_or_the_client(settings: Settings, tiny_loaded: LoadedModel) -> None:
     """Chunk checksums catch damaged bytes; bytes that are intact but wrong (two blobs swapped on disk) are caught
-    by the content hash: on the service with verify_reads="content_hash", on receipt by the client otherwise."""
+    by the content hash: on the service with verify_reads="full", on receipt by the client otherwise."""
     from client.errors import IntegrityError
     from client.features import decode_verified
     from schemas import safetensors_body
@@ -116,6 +116,6 @@ def test_a_swapped_blob_is_caught_by_the_service_or_the_client(settings: Setting
     served = services.reader.read(a)  # crc32c of every chunk is fine: the bytes are intact, only misplaced
     with pytest.raises(IntegrityError):
         decode_verified(safetensors_body.encode(served.tensors.values(), served.metadata()))
-    strict = build_services(settings.model_copy(update={"verify_reads": "content_hash"}), tiny_loaded)
+    strict = build_services(settings.model_copy(update={"verify_reads": "full"}), tiny_loaded)
     with pytest.raises(CorruptEntry):
         strict.reader.read(a)
