@@ -51,12 +51,12 @@ class _Array:
         assert self.out is not None
         return self.out
 
-    def decode(self, at: int, frame: memoryview, out: np.ndarray | None = None) -> None:
+    def decode(self, at: int, stored: memoryview, out: np.ndarray | None = None) -> None:
         """Check chunk `at` and copy the part of it the read selected into `out` (else the array's own)."""
         out = self.out if out is None else out
         assert out is not None, "a deferred array decodes only into the batch it was handed"
         try:
-            block = chunk_bytes(frame, self.nbytes, scratch_block(self.nbytes))
+            block = chunk_bytes(stored, self.nbytes, scratch_block(self.nbytes))
         except StoredChunkError as exc:
             raise IntegrityError(f"{self.sent.name}: chunk {at} {exc}") from None
         typed = block.view(self.dtype).reshape(self.sent.chunk)
@@ -72,16 +72,16 @@ class _Array:
 
 
 class ReceivedCopy(DeferredCopy):
-    """A received tensor left in its chunk frames: `start_copy` checks and decodes each chunk straight into the
+    """A received tensor left as its stored chunks: `start_copy` checks and decodes each chunk straight into the
     batch, so it has no array of its own and is not copied a second time. It holds the body's buffer until dropped."""
 
-    def __init__(self, array: _Array, frames: list[tuple[int, memoryview]]) -> None:
+    def __init__(self, array: _Array, chunks: list[tuple[int, memoryview]]) -> None:
         self.name, self.dtype, self.shape = array.sent.name, array.sent.dtype, array.shape
-        self._array, self._frames = array, frames
+        self._array, self._chunks = array, chunks
 
     def start_copy(self, out: np.ndarray) -> list[Future[None]]:
         self._fits(out, self._array.dtype)
-        return [decoders().submit(self._array.decode, at, frame, out) for at, frame in self._frames]
+        return [decoders().submit(self._array.decode, at, stored, out) for at, stored in self._chunks]
 
     def finish(self, copying: list[Future[None]]) -> None:
         failures = [future.exception() for future in copying]  # every chunk ended before any is reported
@@ -96,7 +96,7 @@ class ChunkDecoder:
     def __init__(self, buffer: memoryview, verify: Verify = "chunks", defer: str | None = None) -> None:
         self.buffer = buffer
         self.verify = verify
-        self.defer = defer  # an array left in its frames for a `ReceivedCopy` (a full read's, checked by chunks)
+        self.defer = defer  # an array left as its stored chunks for a `ReceivedCopy` (a full read's, checked by chunks)
         self._deferred: tuple[_Array, list[tuple[int, int, int]]] | None = None
         self.header: chunk_body.ChunkHeader | None = None
         self.manifest: Manifest | None = None
@@ -179,12 +179,12 @@ class ChunkDecoder:
         return features
 
     def deferred(self) -> ReceivedCopy | None:
-        """After `finish`: the array left in its frames, if one was."""
+        """After `finish`: the array left as its stored chunks, if one was."""
         if self._deferred is None:
             return None
         array, places = self._deferred
-        frames = [(at, self.buffer[self._start + offset : self._start + offset + n]) for at, offset, n in places]
-        return ReceivedCopy(array, frames)
+        chunks = [(at, self.buffer[self._start + offset : self._start + offset + n]) for at, offset, n in places]
+        return ReceivedCopy(array, chunks)
 
 
 def decode_chunks(body: bytes | bytearray | memoryview, verify: Verify = "chunks") -> Features:
@@ -199,8 +199,8 @@ def receive_chunks(
     """Receive a chunk body of `length` bytes from `body`, decoding it as it arrives. The body lands in recycled
     memory (not bytearray(length): it zero-fills under the GIL, 25% of a 12-thread read's GIL-held time on the GPU
     host), which no decode still running can lose: each holds a view of it. With `defer`, that array of a full read
-    is left in its frames as a `ReceivedCopy` and out of the features' tensors (None where it was decoded as usual:
-    a slice, an fp8 entry's hidden states, `verify="full"`)."""
+    is left as its stored chunks in a `ReceivedCopy` and out of the features' tensors (None where it was decoded as
+    usual: a slice, an fp8 entry's hidden states, `verify="full"`)."""
     view = memoryview(HOST_MEMORY.take(length))
     decoder = ChunkDecoder(view, verify, defer)
     try:

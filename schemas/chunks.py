@@ -45,9 +45,9 @@ def crc32c(data: bytes | bytearray | memoryview | np.ndarray) -> bytes:
     return int(_crc32c.crc32c(data)).to_bytes(4, "little")
 
 
-def crc_ok(framed: bytes | bytearray | memoryview) -> bool:
+def crc_ok(stored: bytes | bytearray | memoryview) -> bool:
     """Whether bytes followed by their crc32c (a stored chunk, a shard index, a chunk body's header) still match it."""
-    view = memoryview(framed).cast("B")
+    view = memoryview(stored).cast("B")
     return view.nbytes >= 4 and crc32c(view[:-4]) == view[-4:].tobytes()
 
 

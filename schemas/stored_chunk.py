@@ -1,7 +1,7 @@
 """A stored chunk as it lies in a shard and travels on the chunk wire: a blosc frame (Zarr's `blosc` codec) followed
 by its crc32c (Zarr's `crc32c` codec). One function checks and unpacks it, for the client and the service alike.
 
-Frames are decoded by C-Blosc2 (`blosc2`), which reads the C-Blosc1 frames Zarr and numcodecs write: on the GPU
+Stored chunks are decoded by C-Blosc2 (`blosc2`), which reads the C-Blosc1 frames Zarr and numcodecs write: on the GPU
 host's CPU it decoded the default codec's frames (lz4 + bit-shuffle) at 3.3 GB/s on one thread against numcodecs'
 1.8, and 29.5 against 19.6 on twelve (`benchmarks/frame_decode.py`). The frames written stay numcodecs' own, so
 any Zarr reader opens the store."""
@@ -34,14 +34,14 @@ def _blosc2() -> ModuleType:
     return blosc2  # type: ignore[no-any-return]  # blosc2 ships no type information: the module is Any
 
 
-def chunk_bytes(frame: memoryview, nbytes: int, out: np.ndarray | None = None) -> np.ndarray:
-    """The `nbytes` bytes of the chunk `frame` holds (blosc frame + crc32c), as uint8: a view of the frame itself
+def chunk_bytes(raw: memoryview, nbytes: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The `nbytes` bytes of the chunk `raw` holds as stored (blosc frame + crc32c), as uint8: a view of `raw` itself
     where blosc stored the chunk as it is (codec "uncompressed": checked where it lies, never copied), else decoded
     into `out` (uint8, at least `nbytes`; a new array if None). StoredChunkError names what is wrong."""
-    frame = memoryview(frame).cast("B")
-    if not crc_ok(frame):
+    raw = memoryview(raw).cast("B")
+    if not crc_ok(raw):
         raise StoredChunkError("fails its crc32c")
-    payload = frame[:-4]
+    payload = raw[:-4]
     declared, _, stored = _SIZES.unpack_from(payload, 4) if payload.nbytes >= _HEADER_BYTES else (-1, -1, -1)
     if declared != nbytes or stored != payload.nbytes:
         raise StoredChunkError(f"is not a blosc frame of one {nbytes}-byte chunk")

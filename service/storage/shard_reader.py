@@ -238,15 +238,15 @@ def read_array(
         spans.append((offset, nbytes))
     stored = source.read_many([span for span in spans if span[0] != int(_EMPTY)])
     fetched = iter(stored)
-    frames = [next(fetched) if offset != int(_EMPTY) else None for offset, _ in spans]
+    in_order = [next(fetched) if offset != int(_EMPTY) else None for offset, _ in spans]
 
-    def decode(job: tuple[tuple[int, slice | list[int], slice | list[int]], ...], frame: bytes | None) -> None:
+    def decode(job: tuple[tuple[int, slice | list[int], slice | list[int]], ...], raw: bytes | None) -> None:
         coords = tuple(c for c, _, _ in job)
-        if frame is None:
+        if raw is None:
             block = np.zeros(chunk, dtype=dtype)  # fill value
         else:
             try:
-                block = chunk_bytes(memoryview(frame), block_bytes).view(dtype).reshape(chunk)
+                block = chunk_bytes(memoryview(raw), block_bytes).view(dtype).reshape(chunk)
             except StoredChunkError as exc:
                 raise ChecksumError(f"{layout.label}: chunk {coords} {exc}") from None
         if digests is not None:
@@ -260,5 +260,5 @@ def read_array(
         else:
             out[np.ix_(*map(as_positions, dst))] = block[np.ix_(*map(as_positions, src))]
 
-    list(POOL.map(decode, jobs, frames))
+    list(POOL.map(decode, jobs, in_order))
     return out

@@ -25,7 +25,7 @@ _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle"
 
 
 def blosc_for(codec: StoreCodec) -> Blosc:
-    """numcodecs' compressor for `codec`: what writes every stored frame of a blob written with it."""
+    """numcodecs' compressor for `codec`: what writes every stored chunk of a blob written with it."""
     params = BLOSC[codec]
     return Blosc(cname=params.cname, clevel=params.clevel, shuffle=_SHUFFLE[params.shuffle], blocksize=0)
 
@@ -83,7 +83,9 @@ class EncodedArray:
     """One array in our layout, ready to be put anywhere: its metadata document and its shard, in pieces."""
 
     metadata: bytes
-    shard: list[bytes]  # the chunks' frames and crcs, then the index and its crc: written one after the other
+    shard: list[
+        bytes
+    ]  # the chunks as stored (blosc frames) and crcs, then the index and its crc: written one after the other
     shard_key: str  # the shard's path under the array
     digests: ChunkDigests
 

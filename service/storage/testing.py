@@ -129,10 +129,10 @@ class StoredChunksTests:
             assert len(data) == sum(length for _, _, length in where.chunks)
             offset = 0
             for at, _, length in where.chunks:
-                frame = data[offset : offset + length]
+                stored = data[offset : offset + length]
                 offset += length
-                assert crc_ok(frame)
-                block = np.frombuffer(Blosc().decode(frame[:-4]), dtype=np.uint8)
+                assert crc_ok(stored)
+                block = np.frombuffer(Blosc().decode(stored[:-4]), dtype=np.uint8)
                 assert chunks[name].matches(at, block)
         hidden = infos["hidden_states"]
         per_row = hidden.shape[1]  # chunks are one layer wide: a grid row holds one chunk per layer
