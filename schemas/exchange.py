@@ -29,6 +29,17 @@ class ExchangeFormat(StrEnum):
     SPECULATORS = "speculators"  # hidden_states/hs_{i}.safetensors: token_ids [T], hidden_states [T, L, H]
 
 
+# Each format's files in a few words, as help texts say them
+FORMAT_FILES: dict[ExchangeFormat, str] = {
+    ExchangeFormat.SPECFORGE: "DFlash .ckpt files",
+    ExchangeFormat.SPECULATORS: "a .safetensors file per sample",
+}
+
+
+def formats_help() -> str:
+    return ", ".join(f"{fmt.value} ({files})" for fmt, files in FORMAT_FILES.items())
+
+
 @dataclass(frozen=True, slots=True)
 class LayerConvention:
     """How a format numbers layers: format id = hsstore layer + `offset`; `embed_id` is the embedding output's id,

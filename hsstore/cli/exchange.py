@@ -11,11 +11,11 @@ import typer
 from hsstore.cli.errors import CliError
 from hsstore.cli.inputs import key_lines, since_option
 from hsstore.cli.options import DtypeOption, FeaturesetOption, client_of, console, progress_bar
-from schemas.exchange import ExchangeFormat
+from schemas.exchange import ExchangeFormat, formats_help
 from schemas.featureset import FeatureSet, parse_layers
 from schemas.keys import EntryFilters
 
-FormatOption = Annotated[ExchangeFormat, typer.Option("--format", help="specforge (DFlash .ckpt) or speculators")]
+FormatOption = Annotated[ExchangeFormat, typer.Option("--format", help=formats_help())]
 
 
 def export(
@@ -82,7 +82,7 @@ def import_(
     ctx: typer.Context,
     in_dir: Annotated[Path, typer.Argument(help="an hsstore export, or a SpecForge / speculators dataset")],
     fmt: Annotated[
-        ExchangeFormat | None, typer.Option("--format", help="specforge or speculators (an export names its own)")
+        ExchangeFormat | None, typer.Option("--format", help=f"{formats_help()}; an export names its own")
     ] = None,
     model_revision: Annotated[
         str | None, typer.Option(help="the model the features came from (default: the export's, else the service's)")

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from schemas.featureset import FEATURE_DTYPES
 from schemas.http import DEFAULT_URL
 
 if TYPE_CHECKING:
@@ -27,9 +28,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="print JSON (whole ids)
 # Files are checked by the command itself, so a missing one is a one-line error like every other
 SamplesArgument = Annotated[Path, typer.Argument(help="JSONL file, one sample per line")]
 LayersOption = Annotated[str | None, typer.Option(help="layer ids, any order: 1,16,embed (default: DFlash's)")]
-DtypeOption = Annotated[
-    str, typer.Option(help="bfloat16, or float8_e4m3fn (half the bytes; a float32 scale per token and layer)")
-]
+DtypeOption = Annotated[str, typer.Option(help="; ".join(f"{name}: {what}" for name, what in FEATURE_DTYPES.items()))]
 TargetIdsOption = Annotated[bool, typer.Option("--target-ids", help="also store the target's argmax next tokens")]
 TopKOption = Annotated[
     int | None, typer.Option(help="also store the target's top-k next-token log-probabilities and their mass")

@@ -1,7 +1,6 @@
-"""The `hsstore` command line: the root group, its options, and the table of every verb; the verbs live in the
-modules beside this one, one per group: run (serve, worker, devmodel), write (extract, warm, estimate), read (get,
-entries, compare, audit), ops (workers, health, jobs, window), datasets, exchange (export, import) and admin
-(rebuild-catalog, migrate, verify).
+"""The `hsstore` command line: the root group, its options, and `VERBS`, the one table of every verb by the name a
+user types (`hsstore --help` lists it); each verb lives in the module beside this one for its group (run, write, read,
+ops, datasets, exchange, admin).
 
 Commands that only talk to a service import neither torch nor the service: they start in a fraction of a second.
 """
