@@ -20,7 +20,7 @@ test: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache  # the layering contracts in pyproject.toml
 	$(PY) -m mypy  # the annotations, checked (strict on schemas/; pyproject.toml's [tool.mypy])
-	$(PY) -m pytest -q -m "not gpu"
+	$(PY) -m pytest -q -m "not gpu" --durations=25  # the slowest, so CI's time has names
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
