@@ -15,6 +15,7 @@ from service import __version__
 from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
+from service.api.operator_metrics import OperatorCollector
 from service.api.routes import ROUTERS
 from service.catalog import KeyValue
 from service.catalog.protocol import Database
@@ -237,6 +238,9 @@ def create_app(
     app.state.methods_by_path = error_handlers.methods_by_path(ROUTERS)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
     services.metrics.registry.register(metrics_api.StoreCollector(services.versions))
+    services.metrics.registry.register(
+        OperatorCollector(services.windows, services.jobs, services.store, services.models)
+    )
     limits = {
         "/v1/jobs": services.settings.max_job_bytes,
         "/v1/datasets": services.settings.max_job_bytes,  # up to 200,000 keys

@@ -45,8 +45,10 @@ class JobsTests:
         record = jobs.get_job("j")
         assert record is not None and record.state == JobState.RUNNING
         assert (record.tokens, record.busy_s, record.started_at) == (150, 2.0, "2026-11-30T02:00:00Z")
+        assert jobs.job_states() == {**dict.fromkeys(JobState, 0), JobState.RUNNING: 1}
         jobs.set_job_state("j", JobState.DONE, finished_at="2026-11-30T03:00:00Z")
         assert jobs.runnable_jobs(include_windowed=True) == []
+        assert jobs.job_states()[JobState.DONE] == 1 and sum(jobs.job_states().values()) == 1
         assert jobs.get_job("missing") is None
 
     def test_ids_by_prefix_and_listing_newest_first(self, jobs: JobStore) -> None:
@@ -104,8 +106,12 @@ class LeasesTests:
         assert jobs.finish_item(held[0], ItemState.DONE, "sha256:" + "0" * 64, worker="w1")
         (lease,) = jobs.live_leases()
         assert (lease.worker, lease.job_id, lease.items) == ("w1", "j", 2) and 0 < lease.expires_in_s <= 60
+        (lapsed,) = jobs.lapsed_leases()  # w2's, until another worker takes its items
+        assert (lapsed.worker, lapsed.job_id, lapsed.items) == ("w2", "j", 2) and -60 < lapsed.expires_in_s < 0
+        jobs.claim_items("j", "w3", 5, lease_s=60)
+        assert jobs.lapsed_leases() == []
         jobs.release_leases("w1")
-        assert jobs.live_leases() == []
+        assert [lease.worker for lease in jobs.live_leases()] == ["w3"]
 
     def test_concurrent_claims_never_take_one_item_twice(self, jobs: JobStore) -> None:
         from concurrent.futures import ThreadPoolExecutor

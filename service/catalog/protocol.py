@@ -91,6 +91,9 @@ class Jobs(Protocol):
     def job_counts(self, job_id: str) -> dict[str, int]:
         """Items per state, plus `completions_fetched`."""
 
+    def job_states(self) -> dict[JobState, int]:
+        """How many jobs are in each state (every state, 0 where none is)."""
+
     def job_errors(self, job_id: str, limit: int = 100) -> list[tuple[int, str, str, str]]:
         """(index, backend, prompt_hash, error) of failed items."""
 
@@ -130,6 +133,10 @@ class Leases(Protocol):
 
     def live_leases(self) -> list[LeaseRecord]:
         """Per worker and job, the pending items it holds under a lease that has not run out (`hsstore workers`)."""
+
+    def lapsed_leases(self) -> list[LeaseRecord]:
+        """Per worker and job, the pending items whose lease ran out and nobody has taken over yet (a worker lost:
+        dead, stalled or cut off); `expires_in_s` negative, how long ago the latest ran out."""
 
     def finish_item(
         self,

@@ -30,6 +30,17 @@ def _item_row(item: NewItem) -> tuple:
     return item.index, item.backend, json.dumps(item.sample), item.prompt_hash, ItemState.PENDING, item.greedy_tokens
 
 
+# Leases, read through the index of leased items (sql_schema.JOB_LEASE_INDEX): per worker and job, the pending
+# items whose lease is live, or has run out with nobody taking them over yet; and a worker's heartbeat
+_LEASES = (
+    "SELECT lease_owner, job_id, COUNT(*), MAX(lease_until) - {{now}} FROM job_items"
+    " WHERE lease_owner IS NOT NULL AND state = ? AND lease_until {} {{now}}"
+    " GROUP BY lease_owner, job_id ORDER BY lease_owner, job_id"
+)
+LIVE_LEASES, LAPSED_LEASES = _LEASES.format(">="), _LEASES.format("<")
+RENEW_LEASES = "UPDATE job_items SET lease_until = {now} + ? WHERE lease_owner = ? AND state = ?"
+
+
 class SqlJobStore(Dialect, ABC):
     """`now` is the database's clock: every host's workers agree on it."""
 
@@ -104,6 +115,12 @@ class SqlJobStore(Dialect, ABC):
                 self._sql(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY created_at DESC LIMIT ?"), (limit,)
             ).fetchall()
         return [job_from_row(r) for r in rows]
+
+    def job_states(self) -> dict[JobState, int]:
+        with self.db.connection() as conn:
+            rows = conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        found = {JobState(state): int(n) for state, n in rows}
+        return {state: found.get(state, 0) for state in JobState}
 
     def job_counts(self, job_id: str) -> dict[str, int]:
         """Kept current as items are finished: one row read, however many items the job has."""
@@ -195,10 +212,7 @@ class SqlJobStore(Dialect, ABC):
 
     def renew_leases(self, worker: str, lease_s: float) -> int:
         with self.db.writing() as conn:
-            return conn.execute(
-                self._sql("UPDATE job_items SET lease_until = {now} + ? WHERE lease_owner = ? AND state = ?"),
-                (lease_s, worker, ItemState.PENDING),
-            ).rowcount
+            return conn.execute(self._sql(RENEW_LEASES), (lease_s, worker, ItemState.PENDING)).rowcount
 
     def release_leases(self, worker: str) -> None:
         with self.db.writing() as conn:
@@ -210,15 +224,14 @@ class SqlJobStore(Dialect, ABC):
             )
 
     def live_leases(self) -> list[LeaseRecord]:
+        return self._leases(LIVE_LEASES)
+
+    def lapsed_leases(self) -> list[LeaseRecord]:
+        return self._leases(LAPSED_LEASES)
+
+    def _leases(self, statement: str) -> list[LeaseRecord]:
         with self.db.connection() as conn:
-            rows = conn.execute(
-                self._sql(
-                    "SELECT lease_owner, job_id, COUNT(*), MAX(lease_until) - {now} FROM job_items"
-                    " WHERE lease_owner IS NOT NULL AND state = ? AND lease_until >= {now}"
-                    " GROUP BY lease_owner, job_id ORDER BY lease_owner, job_id"
-                ),
-                (ItemState.PENDING,),
-            ).fetchall()
+            rows = conn.execute(self._sql(statement), (ItemState.PENDING,)).fetchall()
         return [LeaseRecord(worker, job, int(items), float(left)) for worker, job, items, left in rows]
 
     def finish_item(

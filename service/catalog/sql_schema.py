@@ -171,6 +171,12 @@ DROP INDEX {if_exists} job_items_pending;
 CREATE INDEX {if_not_exists} job_items_claim ON job_items (job_id, state, backend, idx)
 """
 
+# The items under a lease, a few per worker whatever a job's size (a finished or released item has none): the
+# heartbeat's renewal, `hsstore workers` and every metrics scrape read them through this, not the table
+JOB_LEASE_INDEX = (
+    "CREATE INDEX {if_not_exists} job_items_leased ON job_items (lease_owner, job_id) WHERE lease_owner IS NOT NULL"
+)
+
 KV = "CREATE TABLE {if_not_exists} kv (name TEXT PRIMARY KEY, value TEXT)"
 
 

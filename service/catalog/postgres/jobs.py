@@ -10,12 +10,13 @@ from service.catalog.migrations import Step
 from service.catalog.postgres.database import PostgresDatabase
 from service.catalog.rekey import rekey_job_items
 from service.catalog.sql_jobs import ITEM_COLUMNS, SqlJobStore
-from service.catalog.sql_schema import JOB_LEASES, JOB_TALLIES, JOBS, JOBS_EXISTING, POSTGRES, render
+from service.catalog.sql_schema import JOB_LEASE_INDEX, JOB_LEASES, JOB_TALLIES, JOBS, JOBS_EXISTING, POSTGRES, render
 
 MIGRATIONS: list[Step] = [
     *(render(step, POSTGRES) for step in (JOBS, JOB_LEASES, JOBS_EXISTING)),
     rekey_job_items("%s"),
     render(JOB_TALLIES, POSTGRES),
+    render(JOB_LEASE_INDEX, POSTGRES),
 ]
 _NOW = "EXTRACT(EPOCH FROM clock_timestamp())"  # the database's clock: every host's workers agree on it
 

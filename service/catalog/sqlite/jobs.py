@@ -9,7 +9,7 @@ from schemas.states import ItemState
 from service.catalog.migrations import Step
 from service.catalog.rekey import rekey_job_items
 from service.catalog.sql_jobs import ITEM_COLUMNS, SqlJobStore
-from service.catalog.sql_schema import JOB_LEASES, JOB_TALLIES, JOBS, JOBS_EXISTING, SQLITE, render
+from service.catalog.sql_schema import JOB_LEASE_INDEX, JOB_LEASES, JOB_TALLIES, JOBS, JOBS_EXISTING, SQLITE, render
 from service.catalog.sqlite.database import SqliteDatabase
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # the database's clock, in epoch seconds
@@ -17,6 +17,7 @@ MIGRATIONS: list[Step] = [
     *(render(step, SQLITE) for step in (JOBS, JOB_LEASES, JOBS_EXISTING)),
     rekey_job_items("?"),
     render(JOB_TALLIES, SQLITE),
+    render(JOB_LEASE_INDEX, SQLITE),
 ]
 
 

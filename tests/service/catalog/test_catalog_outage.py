@@ -61,8 +61,15 @@ def test_a_stopped_catalog_is_a_quick_503_and_a_restarted_one_answers_the_first_
                 assert answer.headers["Retry-After"] == "2"
         with pytest.raises(CatalogUnavailableError):
             list(client.entries())
+        started = time.monotonic()
+        scraped = httpx.get(f"{url}/metrics", timeout=60)  # answers, naming what it could not read, and leaves it out
+        assert scraped.status_code == 200 and time.monotonic() - started < 15
+        assert "hsstore_catalog_up 0.0" in scraped.text and "hsstore_store_up 1.0" in scraped.text
+        assert "hsstore_jobs{" not in scraped.text and "hsstore_window_open 1.0" in scraped.text  # no schedule: always
         _pg("start")
         first = httpx.get(f"{url}/v1/entries", timeout=60)  # the pool's connections all died with the server
         assert first.status_code == 200, first.text
         assert len(first.json()["entries"]) == 1
         assert httpx.get(f"{url}/readyz", timeout=60).status_code == 200
+        scraped = httpx.get(f"{url}/metrics", timeout=60).text
+        assert "hsstore_catalog_up 1.0" in scraped and 'hsstore_jobs{state="queued"} 0.0' in scraped

@@ -1,0 +1,108 @@
+"""What an operator warming the cache watches, read at each scrape from what the service already keeps current: the
+downtime window and its time left, the GPU's hand-over to and from SGLang, jobs by state, each active job's items,
+tokens and worker-seconds (their rates are its speed and the GPU's busy share), the workers holding leases and those
+whose leases ran out, and whether the blob store answers. Every read is a row or a few (the jobs table's counters,
+the index of leased items), never a scan of entries or items. A part that cannot be read (an outage) is left out of
+the scrape, and the `_up` gauge of what failed says so; the scrape itself always answers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from schemas.states import ItemState, JobState
+from service.catalog.protocol import JobStore
+from service.core.gpu_time.windows import Windows
+from service.extraction.extractor import Extractor
+from service.model.manager import ModelManager
+from service.storage.protocol import BlobStore
+
+# SGLang's canary verdicts after a window (schemas.job_api.WindowState.sglang_canary): one gauge a verdict, 1 for
+# the last one
+CANARY_VERDICTS = ("ok", "mismatch", "restarted", "unchecked")
+ITEM_STATES = (ItemState.PENDING, ItemState.DONE, ItemState.FAILED)
+
+
+def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, help_text, value=value)
+
+
+class OperatorCollector(Collector):
+    def __init__(
+        self, windows: Windows, jobs: JobStore, store: BlobStore, models: ModelManager[Extractor] | None
+    ) -> None:
+        self.windows, self.jobs, self.store, self.models = windows, jobs, store, models
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._window()
+        yield from self._gpu()
+        yield from self._jobs()
+        yield _gauge("hsstore_store_up", "whether the blob store answered this scrape", self._answers())
+
+    def _window(self) -> Iterator[Metric]:
+        try:
+            state, left = self.windows.state(), self.windows.seconds_left()
+        except Exception:  # its manual stamps live in the catalog: an outage leaves the window unknown
+            return
+        yield _gauge("hsstore_window_open", "whether extraction may run now (a downtime window is open)", state.open)
+        yield _gauge(
+            "hsstore_window_seconds_left",
+            "seconds until the open window closes (0 while shut or with no end)",
+            max(left or 0.0, 0.0),
+        )
+
+    def _gpu(self) -> Iterator[Metric]:
+        if self.models is None:  # a read replica: no model, no GPU to hold
+            return
+        held = self.models.loaded
+        yield _gauge("hsstore_gpu_held", "whether the model is loaded (SGLang has given the GPU up)", held)
+        verdict = self.models.sglang_canary
+        if verdict is None:  # no hand-over checked by the canary
+            return
+        help_text = "SGLang's greedy canary after the last window: 1 for its verdict"
+        canary = GaugeMetricFamily("hsstore_sglang_canary", help_text, labels=["verdict"])
+        for name in CANARY_VERDICTS:
+            canary.add_metric([name], float(verdict == name))
+        yield canary
+
+    def _jobs(self) -> Iterator[Metric]:
+        try:
+            states, active = self.jobs.job_states(), self.jobs.runnable_jobs(True)
+            counts = {job.id: self.jobs.job_counts(job.id) for job in active}
+            leases, lapsed = self.jobs.live_leases(), self.jobs.lapsed_leases()
+        except Exception:  # the catalog's outage: hsstore_catalog_up says so
+            return
+        jobs = GaugeMetricFamily("hsstore_jobs", "warm jobs by state", labels=["state"])
+        for state in JobState:
+            jobs.add_metric([state.value], states.get(state, 0))
+        # `job_id`, not `job`: Prometheus gives every series its scrape job's name as `job`
+        items = GaugeMetricFamily("hsstore_job_items", "an active job's items by state", labels=["job_id", "state"])
+        tokens = CounterMetricFamily("hsstore_job_tokens", "tokens an active job has extracted", labels=["job_id"])
+        busy = CounterMetricFamily(
+            "hsstore_job_busy_seconds", "worker-seconds an active job's extraction has taken", labels=["job_id"]
+        )
+        for job in active:
+            for item_state in ITEM_STATES:
+                items.add_metric([job.id, item_state.value], counts[job.id].get(item_state, 0))
+            tokens.add_metric([job.id], job.tokens)
+            busy.add_metric([job.id], job.busy_s)
+        yield from (jobs, items, tokens, busy)
+        yield _gauge("hsstore_workers", "workers holding live leases", len({lease.worker for lease in leases}))
+        yield _gauge("hsstore_leased_items", "items under live leases", sum(lease.items for lease in leases))
+        lost = GaugeMetricFamily(
+            "hsstore_lapsed_lease_items",
+            "items whose worker's lease ran out with nobody taking them over yet (a worker lost)",
+            labels=["worker"],
+        )
+        for worker in sorted({lease.worker for lease in lapsed}):
+            lost.add_metric([worker], sum(lease.items for lease in lapsed if lease.worker == worker))
+        yield lost
+
+    def _answers(self) -> float:
+        try:
+            self.store.ping()
+        except Exception:
+            return 0.0
+        return 1.0
