@@ -10,12 +10,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI
+from prometheus_client.registry import Collector
 
 from service import __version__
 from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
-from service.api.operator_metrics import OperatorCollector
+from service.api.operator_metrics import HostCollector, QueueCollector
 from service.api.routes import ROUTERS
 from service.catalog import KeyValue
 from service.catalog.protocol import Database
@@ -88,6 +89,25 @@ def build_models(
         on_event=on_event,
         loads_weights=settings.run_jobs or loaded is not None,
     )
+
+
+def scraped_collectors(services: Services) -> list[Collector]:
+    """What a service's /metrics reads at each scrape: the store, the queue, and this host's GPU time where it runs
+    jobs (a worker serves the last alone: `serve_worker_metrics`)."""
+    collectors: list[Collector] = [metrics_api.StoreCollector(services.versions, services.store)]
+    collectors.append(QueueCollector(services.jobs))
+    if services.runner is not None:
+        collectors.append(HostCollector(services.windows, services.models))
+    return collectors
+
+
+def serve_worker_metrics(services: Services, host: str, port: int) -> None:
+    """A worker's /metrics on `port` (a thread of prometheus_client's): its GPU time and its own counters (tokens
+    extracted, write waits, SGLang canary mismatches); the queue and the store are the service's to report."""
+    from prometheus_client import start_http_server
+
+    services.metrics.registry.register(HostCollector(services.windows, services.models))
+    start_http_server(port, addr=host, registry=services.metrics.registry)
 
 
 @dataclass
@@ -237,10 +257,8 @@ def create_app(
         app.include_router(router)
     app.state.methods_by_path = error_handlers.methods_by_path(ROUTERS)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
-    services.metrics.registry.register(metrics_api.StoreCollector(services.versions))
-    services.metrics.registry.register(
-        OperatorCollector(services.windows, services.jobs, services.store, services.models)
-    )
+    for collector in scraped_collectors(services):
+        services.metrics.registry.register(collector)
     limits = {
         "/v1/jobs": services.settings.max_job_bytes,
         "/v1/datasets": services.settings.max_job_bytes,  # up to 200,000 keys

@@ -55,6 +55,9 @@ class Settings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = 8000
+    metrics_port: int | None = Field(
+        default=None, description="a worker's /metrics on this port, at `host` (hsstore worker); none: no such server"
+    )
     # bearer token -> scopes (read, write, admin); empty means no auth (a single-user or loopback deployment)
     tokens: dict[str, list[TokenScope]] = Field(default_factory=dict)
     allow_anonymous: bool = Field(

@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.api.deps import MetricsDep
 from service.catalog.protocol import StoreTallies
 from service.metrics import Metrics
+from service.storage.protocol import BlobStore
 
 # what each key space's tally says, as a gauge labelled by the key space: the gauge's name, its help, the tally's part
 _STORE_GAUGES = (
@@ -29,10 +30,10 @@ _SPACE = ["model_revision", "backend", "featureset"]
 
 class StoreCollector(Collector):
     """What the store holds, read at each scrape from the tallies the catalog keeps current (a row per key space,
-    never a scan of the versions), and whether the catalog answered."""
+    never a scan of the versions), and whether the catalog and the blob store answered."""
 
-    def __init__(self, tallies: StoreTallies) -> None:
-        self.tallies = tallies
+    def __init__(self, tallies: StoreTallies, blobs: BlobStore) -> None:
+        self.tallies, self.blobs = tallies, blobs
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
@@ -40,11 +41,21 @@ class StoreCollector(Collector):
         except Exception:  # a scrape during an outage says so, and answers
             tallies, up = [], 0
         yield GaugeMetricFamily("hsstore_catalog_up", "whether the catalog answered this scrape", value=up)
+        yield GaugeMetricFamily(
+            "hsstore_store_up", "whether the blob store answered this scrape", value=self._answers()
+        )
         for name, help_text, part in _STORE_GAUGES:
             gauge = GaugeMetricFamily(name, help_text, labels=_SPACE)
             for tally in tallies:
                 gauge.add_metric([tally.model_revision, tally.backend, tally.featureset_id], getattr(tally, part))
             yield gauge
+
+    def _answers(self) -> float:
+        try:
+            self.blobs.ping()
+        except Exception:  # an outage, said by the gauge
+            return 0.0
+        return 1.0
 
 
 class MetricsMiddleware:

@@ -1,9 +1,9 @@
 """What an operator warming the cache watches, read at each scrape from what the service already keeps current: the
 downtime window and its time left, the GPU's hand-over to and from SGLang, jobs by state, each active job's items,
 tokens and worker-seconds (their rates are its speed and the GPU's busy share), the workers holding leases and those
-whose leases ran out, and whether the blob store answers. Every read is a row or a few (the jobs table's counters,
-the index of leased items), never a scan of entries or items. A part that cannot be read (an outage) is left out of
-the scrape, and the `_up` gauge of what failed says so; the scrape itself always answers."""
+whose leases ran out (the store's own gauges, reachability included, are api/metrics.py's). Every read is a row or a
+few (the jobs table's counters, the index of leased items), never a scan of entries or items. A part that cannot be
+read (an outage) is left out of the scrape, and the `_up` gauge of what failed says so; the scrape always answers."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from service.catalog.protocol import JobStore
 from service.core.gpu_time.windows import Windows
 from service.extraction.extractor import Extractor
 from service.model.manager import ModelManager
-from service.storage.protocol import BlobStore
 
 # SGLang's canary verdicts after a window (schemas.job_api.WindowState.sglang_canary): one gauge a verdict, 1 for
 # the last one
@@ -29,17 +28,16 @@ def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, help_text, value=value)
 
 
-class OperatorCollector(Collector):
-    def __init__(
-        self, windows: Windows, jobs: JobStore, store: BlobStore, models: ModelManager[Extractor] | None
-    ) -> None:
-        self.windows, self.jobs, self.store, self.models = windows, jobs, store, models
+class HostCollector(Collector):
+    """This host's GPU time, where the process runs jobs (a service that extracts, a worker): the window, the GPU
+    held or handed to SGLang, and SGLang's canary after the last window."""
+
+    def __init__(self, windows: Windows, models: ModelManager[Extractor] | None) -> None:
+        self.windows, self.models = windows, models
 
     def collect(self) -> Iterator[Metric]:
         yield from self._window()
         yield from self._gpu()
-        yield from self._jobs()
-        yield _gauge("hsstore_store_up", "whether the blob store answered this scrape", self._answers())
 
     def _window(self) -> Iterator[Metric]:
         try:
@@ -67,7 +65,15 @@ class OperatorCollector(Collector):
             canary.add_metric([name], float(verdict == name))
         yield canary
 
-    def _jobs(self) -> Iterator[Metric]:
+
+class QueueCollector(Collector):
+    """The warm-job queue as the catalog every process shares holds it (so one service's scrape shows the whole
+    cluster's): jobs by state, each active job's progress, the workers' leases."""
+
+    def __init__(self, jobs: JobStore) -> None:
+        self.jobs = jobs
+
+    def collect(self) -> Iterator[Metric]:
         try:
             states, active = self.jobs.job_states(), self.jobs.runnable_jobs(True)
             counts = {job.id: self.jobs.job_counts(job.id) for job in active}
@@ -99,10 +105,3 @@ class OperatorCollector(Collector):
         for worker in sorted({lease.worker for lease in lapsed}):
             lost.add_metric([worker], sum(lease.items for lease in lapsed if lease.worker == worker))
         yield lost
-
-    def _answers(self) -> float:
-        try:
-            self.store.ping()
-        except Exception:
-            return 0.0
-        return 1.0
