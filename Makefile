@@ -17,7 +17,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	scripts/postgres-for-tests.sh  # the machine's Postgres, started if down (the catalog's Postgres tests need it)
-	scripts/prometheus-for-tests.sh  # Debian's Prometheus and promtool, installed if missing (the deploy/ tests run them)
+	scripts/packages-for-tests.sh  # Debian's Prometheus and Chromium, installed if missing (deploy/ and status page tests)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache  # the layering contracts in pyproject.toml
 	$(PY) -m mypy  # the annotations, checked (strict on schemas/; pyproject.toml's [tool.mypy])

@@ -18,6 +18,7 @@ from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
 from service.api.operator_metrics import HostCollector, QueueCollector
 from service.api.routes import ROUTERS
+from service.api.status_page import mount_status_page
 from service.catalog import KeyValue
 from service.catalog.protocol import Database
 from service.core.gpu_time.gate import ExtractionGate
@@ -250,6 +251,7 @@ def create_app(
     app.state.services = services  # what the routes' dependencies take their services from (api/deps.py)
     error_handlers.install(app)
     openapi.mount_docs(app)
+    mount_status_page(app, __version__, bool(services.settings.tokens))
     spec = services.models.spec if services.models is not None else None
     vocab_size, num_layers = (spec.vocab_size, spec.num_layers) if spec is not None else (None, None)
     openapi.document_app(app, vocab_size, num_layers, services.settings.window_margin_s)

@@ -33,8 +33,9 @@ from tests.support.slow_writes import PAUSE_ENV
 if TYPE_CHECKING:  # imported at run time as a plugin below (an earlier import would keep pytest from rewriting it)
     from tests.support.s3_server import Bucket
 
-# the Postgres and S3-API servers', the workers' and the Ray cluster's fixtures, for every test module
+# the Postgres and S3-API servers', the workers', the Ray cluster's and the browser's fixtures, for every test module
 pytest_plugins = [
+    "tests.support.browser",
     "tests.support.postgres_server",
     "tests.support.s3_server",
     "tests.support.workers",

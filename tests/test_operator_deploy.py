@@ -1,5 +1,5 @@
 """The operator's files in deploy/ proven against the real tools (Debian's Prometheus and promtool, installed by
-`scripts/prometheus-for-tests.sh` as `make test` starts): the alert rules and the example config check, the rules'
+`scripts/packages-for-tests.sh` as `make test` starts): the alert rules and the example config check, the rules'
 unit tests fire where they should and stay quiet where they should not, and a real Prometheus scraping a real
 `hsstore serve` and a real `hsstore worker` (one Postgres catalog, one S3-API bucket) while a warm job runs loads
 the rules healthy and answers every query of the Grafana dashboard with series."""
