@@ -1,7 +1,8 @@
 """The status page in a real headless browser (Debian's chromium, over the DevTools protocol) against a real service:
 it loads with no console error and nothing fetched from elsewhere, shows a warm job advancing while the service runs
-it, a window opening (with its countdown) and closing (the GPU handed back, SGLang's canary checked), what the store
-holds, and a comparison of two backends drawn layer by layer; behind tokens it asks for one and reads with it."""
+it — and while a real `hsstore worker` of a cluster runs it — a window opening (with its countdown) and closing (the
+GPU handed back, SGLang's canary checked), what the store holds, and a comparison of two backends drawn layer by
+layer; behind tokens it asks for one and reads with it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from service.settings import Settings
 from tests.conftest import LiveServer, wait_for
 from tests.support.browser import Page
 from tests.support.slow_writes import slow_writes
+from tests.support.workers import cluster_env
 
 # where the screenshot of the page during a warm job goes: docs/status-page.png was made with
 # STATUS_PAGE_SCREENSHOT=docs/status-page.png pytest tests/service/jobs/test_status_page.py
@@ -67,6 +69,40 @@ def test_the_status_page_follows_a_warm_job_and_a_window(
         assert page.text("store-rows").count("torch") + page.text("store-rows").count("fla") >= 1
 
         assert page.errors == [] and _requests_elsewhere(page, url) == []
+
+
+def test_the_page_shows_a_worker_of_a_cluster_running_a_job_in_a_window(
+    server_process, workers, bucket, postgres_url: str, tiny_model_dir: Path, tmp_path: Path, browser
+) -> None:
+    """An API replica that runs nothing, one `hsstore worker` process, one Postgres catalog and one S3-API bucket:
+    the window opened on the replica reaches the worker through the catalog, the page shows the worker's lease and
+    the job advancing as the worker runs it, then the window shut and the job waiting."""
+    shared = {
+        **cluster_env(bucket, postgres_url, tiny_model_dir),
+        "HSSTORE_JOB_BATCH_SIZE": "1",
+        "HSSTORE_WINDOWS": '["Sun 03:00-03:01 UTC"]',  # shut but for a minute a week: opened by hand below
+    }
+    api = server_process({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "api"), "HSSTORE_RUN_JOBS": "false"}).start()
+    workers({**shared, "HSSTORE_DATA_DIR": str(tmp_path / "w")}, "gpu-1:cpu", pause_s=0.5)
+    samples = [{"text": f"def cluster_{i}(x): return x + {i}"} for i in range(30)]
+    with FeatureClient(api.url) as client, httpx.Client(base_url=api.url) as http:
+        job = client.submit_job(samples, backends=["torch"]).id
+        page = browser()
+        page.open(f"{api.url}/status")
+        page.wait_for(f"document.getElementById('job-{job}') !== null", what="the job's row")
+        assert page.text("window-state") == "shut" and "waiting for a window" in page.text(f"job-{job}")
+
+        http.post("/v1/window/open", json={"minutes": 10})
+        page.wait_for("document.getElementById('window-state').textContent === 'open'", what="the window open")
+        page.wait_for("document.getElementById('workers-rows').textContent.includes('gpu-1:cpu')", 120, "the lease")
+        page.wait_for(f"Number(document.getElementById('job-{job}').dataset.done) >= 2", 120, "the job advancing")
+        first = _done(page, job)
+        wait_for(lambda: _done(page, job) > first, what="the worker going on")
+
+        http.post("/v1/window/close")
+        page.wait_for("document.getElementById('window-state').textContent === 'shut'", what="the window shut")
+        page.wait_for(f"document.getElementById('job-{job}').textContent.includes('waiting')", 60, "the job waiting")
+        assert page.errors == [] and _requests_elsewhere(page, api.url) == []
 
 
 def test_a_comparison_is_drawn_per_layer(settings: Settings, tiny_loaded, browser) -> None:
