@@ -94,6 +94,9 @@ class StoreTally(BaseModel):
     flagged: int = Field(description="versions the content checks found unusual")
     damaged: int = Field(description="versions whose stored bytes a check found changed")
     suspect: int = Field(description="imports found wrong, suspect by their run, or never vetted")
+    unchecked: int = Field(
+        default=0, description="versions never checked: neither re-extracted by an audit nor read back by a scrub"
+    )
 
 
 class StoreHealth(BaseModel):

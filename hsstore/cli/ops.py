@@ -104,11 +104,11 @@ def health(ctx: typer.Context) -> None:
         window = client.window()
         report = client.health(limit=_SHOWN * 3)
     tallies = report.tallies
-    entries, flagged, damaged, suspect = (sum(getattr(t, part) for t in tallies) for part in _COUNTS)
+    entries, flagged, damaged, suspect, unchecked = (sum(getattr(t, part) for t in tallies) for part in _COUNTS)
     typer.echo(out.window_line(window))
     typer.echo(
         f"{entries} entries: {flagged} flagged by the content checks, {damaged} damaged, {suspect} "
-        "imports to check against the model"
+        f"imports to check against the model; {unchecked} never checked (hsstore audit, hsstore verify)"
     )
     shown = report.attention
     for manifest in [m for m in shown if m.content_flags][:_SHOWN]:
@@ -126,7 +126,7 @@ def health(ctx: typer.Context) -> None:
 
 
 _SHOWN = 50  # of each kind
-_COUNTS = ("entries", "flagged", "damaged", "suspect")
+_COUNTS = ("entries", "flagged", "damaged", "suspect", "unchecked")
 
 
 window_app = typer.Typer(

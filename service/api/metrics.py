@@ -24,6 +24,11 @@ _STORE_GAUGES = (
     ("hsstore_store_flagged_entries", "versions the content checks found unusual", "flagged"),
     ("hsstore_store_damaged_entries", "versions whose stored bytes a check found changed", "damaged"),
     ("hsstore_store_suspect_entries", "imports found wrong, suspect by their run, or never vetted", "suspect"),
+    (
+        "hsstore_store_unchecked_entries",
+        "versions neither re-extracted by an audit nor read back by a scrub",
+        "unchecked",
+    ),
 )
 _SPACE = ["model_revision", "backend", "featureset"]
 

@@ -112,35 +112,43 @@ def logical_bytes(manifest: Manifest) -> int:
     return total
 
 
-def tally_of(manifest: Manifest) -> tuple[int, int, int, int, int, int]:
-    """What one version adds to its key space's tally: itself, its tokens and bytes, and its attention bits."""
+def unchecked(audit: object | None, integrity: object | None) -> bool:
+    """A version neither re-extracted by an audit nor read back by a scrub (what its two record columns hold)."""
+    return audit is None and integrity is None
+
+
+def tally_of(manifest: Manifest) -> tuple[int, ...]:
+    """What one version adds to its key space's tally: itself, its tokens and bytes, its attention bits, and
+    whether it was never checked."""
     bits = attention_of(manifest)
     flagged, damaged, suspect = (int(bool(bits & bit)) for bit in Attention)
-    return 1, manifest.num_tokens, logical_bytes(manifest), flagged, damaged, suspect
+    never = int(unchecked(manifest.audit, manifest.integrity))
+    return 1, manifest.num_tokens, logical_bytes(manifest), flagged, damaged, suspect, never
 
 
 def count_into(tallies: dict[int, list[int]], space: int, manifest: Manifest) -> None:
     """Add one version's `tally_of` to a key space's running counts (a batch's, written with one upsert)."""
-    tally = tallies.setdefault(space, [0] * 6)
+    tally = tallies.setdefault(space, [0] * 7)
     for position, count in enumerate(tally_of(manifest)):
         tally[position] += count
 
 
 # a version counted into its key space's tally (or moved between attentions), on every engine
 TALLY = (
-    "INSERT INTO tallies (space, entries, tokens, bytes, flagged, damaged, suspect) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO tallies (space, entries, tokens, bytes, flagged, damaged, suspect, unchecked)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (space) DO UPDATE SET entries = tallies.entries + excluded.entries,"
     " tokens = tallies.tokens + excluded.tokens, bytes = tallies.bytes + excluded.bytes,"
     " flagged = tallies.flagged + excluded.flagged, damaged = tallies.damaged + excluded.damaged,"
-    " suspect = tallies.suspect + excluded.suspect"
+    " suspect = tallies.suspect + excluded.suspect, unchecked = tallies.unchecked + excluded.unchecked"
 )
 
 
-def attention_delta(space: int, before: Attention, after: Attention) -> tuple[int, ...]:
-    """A TALLY row moving one version of `space` from one attention to another: its flagged, damaged and suspect
-    counts by -1, 0 or +1, nothing else."""
+def mark_delta(space: int, before: Attention, after: Attention, was_unchecked: bool, is_unchecked: bool) -> tuple:
+    """A TALLY row moving one version of `space` from one attention to another, and from unchecked to checked (or
+    back): its flagged, damaged, suspect and unchecked counts by -1, 0 or +1, nothing else."""
     moved = (int(bool(after & bit)) - int(bool(before & bit)) for bit in Attention)
-    return (space, 0, 0, 0, *moved)
+    return (space, 0, 0, 0, *moved, int(is_unchecked) - int(was_unchecked))
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ from typing import Any
 
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from service.catalog.manifest_rows import (
-    TALLY,
     KeySpace,
     attention_of,
     body_of,
@@ -28,6 +27,16 @@ from service.catalog.references import FINGERPRINT_ID, INSERT_FINGERPRINT, INSER
 from service.catalog.version_rows import INSERT_SAMPLE
 
 _BATCH = 5_000
+
+
+# the tallies as this step wrote them: a migration step's SQL stays what it was when the step was written
+_TALLY_V1 = (
+    "INSERT INTO tallies (space, entries, tokens, bytes, flagged, damaged, suspect) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (space) DO UPDATE SET entries = tallies.entries + excluded.entries,"
+    " tokens = tallies.tokens + excluded.tokens, bytes = tallies.bytes + excluded.bytes,"
+    " flagged = tallies.flagged + excluded.flagged, damaged = tallies.damaged + excluded.damaged,"
+    " suspect = tallies.suspect + excluded.suspect"
+)
 
 
 def normalize_versions(mark: str, overriding: str, after: str = "") -> Callable[[Any], None]:
@@ -93,8 +102,8 @@ def normalize_versions(mark: str, overriding: str, after: str = "") -> Callable[
                     ),
                 )
                 count_into(tallies, space, manifest)
-        for space, counts in tallies.items():
-            conn.execute(sql(TALLY), (space, *counts))
+        for space, counts in tallies.items():  # the tallies of this step's schema: `unchecked` is a later step's
+            conn.execute(sql(_TALLY_V1), (space, *counts[:6]))
         if after:
             conn.execute(after)
         conn.execute("DROP TABLE versions")

@@ -116,6 +116,14 @@ CREATE TABLE {if_not_exists} tallies (
     suspect  {bigint} NOT NULL DEFAULT 0
 )
 """
+# Versions never checked (neither re-extracted by an audit nor read back by a scrub), counted once here and kept
+# current from then on by every write and mark (manifest_rows.TALLY)
+TALLY_UNCHECKED = """
+ALTER TABLE tallies ADD COLUMN unchecked {bigint} NOT NULL DEFAULT 0;
+UPDATE tallies SET unchecked = (
+    SELECT COUNT(*) FROM entry_versions v WHERE v.space = tallies.space AND v.audit IS NULL AND v.integrity IS NULL
+)
+"""
 # a prompt hash of the rule before the normal form -> the key its sample has now (`service/catalog/rekey.py`)
 PROMPT_ALIASES = "CREATE TABLE {if_not_exists} prompt_aliases (old_hash TEXT PRIMARY KEY, prompt_hash TEXT NOT NULL)"
 

@@ -161,9 +161,15 @@ class VersionCatalogTests:
         versions.set_audit(manifest(prompt="c", backend="fla").key, "sha256:" + "3" * 64, suspect)
         torch_tally, fla_tally = open_versions().tallies()
         assert (torch_tally.damaged, torch_tally.suspect, fla_tally.suspect) == (1, 0, 1)
+        assert (torch_tally.unchecked, fla_tally.unchecked) == (1, 0)  # a scrub read one, an audit the other
         assert [m.prompt_hash[0] for m in versions.needing_attention()] == ["a", "b", "c"]
-        versions.set_integrity("sha256:" + "1" * 64, None)  # repaired
+        versions.set_integrity("sha256:" + "1" * 64, None)  # repaired: its record gone, unchecked again
         assert versions.tallies()[0].damaged == 0 and versions.count() == 3
+        assert [t.unchecked for t in versions.tallies()] == [2, 0]
+        intact = IntegrityRecord(status=Integrity.INTACT, checked_at="2026-12-02T00:00:00.000000Z")
+        versions.set_integrity("sha256:" + "2" * 64, intact)
+        versions.set_integrity("sha256:" + "2" * 64, intact)  # checked twice, counted once
+        assert [t.unchecked for t in versions.tallies()] == [1, 0]
         assert [m.prompt_hash[0] for m in versions.needing_attention(after_seq=0)] == ["b", "c"]
 
     def test_many_are_added_a_batch_at_a_time(self, open_versions: Callable[[], VersionStore]) -> None:

@@ -22,6 +22,7 @@ class Tally:
     flagged: int
     damaged: int
     suspect: int
+    unchecked: int  # neither re-extracted by an audit nor read back by a scrub
 
 
 @dataclass(frozen=True, slots=True)

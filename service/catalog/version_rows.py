@@ -13,7 +13,7 @@ import itertools
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from schemas.api import ListedKey
 from schemas.keys import EntryFilter, EntryKey
@@ -23,15 +23,16 @@ from service.catalog.manifest_rows import (
     TALLY,
     Attention,
     VersionRow,
-    attention_delta,
     attention_of,
     body_of,
     content_bytes,
     content_text,
     count_into,
+    mark_delta,
     prompt_bytes,
     sample_of,
     tally_of,
+    unchecked,
 )
 from service.catalog.references import References
 from service.catalog.sql_dialect import Dialect
@@ -195,21 +196,34 @@ class SqlVersionCatalog(Dialect, ABC):
             "v.content_hash = ?", (content_bytes(content_hash),), "integrity", document, Attention.DAMAGED, damaged
         )
 
-    def _mark(self, match: str, params: tuple, column: str, value: str | None, bit: Attention, on: bool) -> None:
+    def _mark(
+        self,
+        match: str,
+        params: tuple,
+        column: Literal["audit", "integrity"],
+        value: str | None,
+        bit: Attention,
+        on: bool,
+    ) -> None:
         """Set a record column of the matching versions and their attention bit, the tallies moved alike."""
+        other = "integrity" if column == "audit" else "audit"
         with self.db.transaction() as conn:
             rows = conn.execute(
-                self._sql(f"SELECT v.seq, v.space, v.attention FROM entry_versions v WHERE {match}"), params
+                self._sql(
+                    f"SELECT v.seq, v.space, v.attention, v.{column}, v.{other} FROM entry_versions v WHERE {match}"
+                ),
+                params,
             ).fetchall()
-            for seq, space, attention in rows:
+            for seq, space, attention, mine, theirs in rows:
                 before = Attention(attention)
                 after = (before | bit) if on else (before & ~bit)
                 conn.execute(
                     self._sql(f"UPDATE entry_versions SET {column} = ?, attention = ? WHERE seq = ?"),
                     (value, int(after), seq),
                 )
-                if after != before:
-                    conn.execute(self._sql(TALLY), attention_delta(int(space), before, after))
+                was, now = unchecked(mine, theirs), unchecked(value, theirs)
+                if after != before or was != now:
+                    conn.execute(self._sql(TALLY), mark_delta(int(space), before, after, was, now))
 
     def sample(
         self, where: EntryFilter, count: int, seed: int | None = None, accept: Callable[[Manifest], bool] | None = None
@@ -265,7 +279,8 @@ class SqlVersionCatalog(Dialect, ABC):
     def _space_tallies(self) -> list[Tally]:
         with self.db.connection() as conn:
             rows = conn.execute(
-                "SELECT t.space, t.entries, t.tokens, t.bytes, t.flagged, t.damaged, t.suspect FROM tallies t"
+                "SELECT t.space, t.entries, t.tokens, t.bytes, t.flagged, t.damaged, t.suspect, t.unchecked"
+                " FROM tallies t"
                 " ORDER BY t.space"
             ).fetchall()
         tallies = []

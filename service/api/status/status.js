@@ -121,6 +121,7 @@ function showStore(health) {
     cell(row, number(t.flagged), t.flagged ? "warn" : "");
     cell(row, number(t.damaged), t.damaged ? "bad" : "");
     cell(row, number(t.suspect), t.suspect ? "warn" : "");
+    cell(row, number(t.unchecked));
   });
   const attention = health.attention.length;
   $("store-attention").textContent = attention ?

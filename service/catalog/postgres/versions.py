@@ -8,7 +8,7 @@ from service.catalog.migrations import Step
 from service.catalog.normalize import normalize_versions
 from service.catalog.postgres.database import PostgresDatabase
 from service.catalog.rekey import rekey_versions
-from service.catalog.sql_schema import NORMALIZED, POSTGRES, PROMPT_ALIASES, VERSIONS, render
+from service.catalog.sql_schema import NORMALIZED, POSTGRES, PROMPT_ALIASES, TALLY_UNCHECKED, VERSIONS, render
 from service.catalog.version_rows import SqlVersionCatalog
 
 # the copied versions keep their seq; the identity then starts after the last of them
@@ -22,6 +22,7 @@ MIGRATIONS: list[Step] = [
     rekey_versions("%s"),
     render(NORMALIZED, POSTGRES),
     normalize_versions("%s", overriding="OVERRIDING SYSTEM VALUE", after=_PAST_THE_COPIED),
+    render(TALLY_UNCHECKED, POSTGRES),
 ]
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from service.catalog.migrations import Step
 from service.catalog.normalize import normalize_versions
 from service.catalog.rekey import rekey_versions
-from service.catalog.sql_schema import NORMALIZED, PROMPT_ALIASES, SQLITE, VERSIONS, render
+from service.catalog.sql_schema import NORMALIZED, PROMPT_ALIASES, SQLITE, TALLY_UNCHECKED, VERSIONS, render
 from service.catalog.sqlite.database import SqliteDatabase
 from service.catalog.version_rows import SqlVersionCatalog
 
@@ -28,6 +28,7 @@ MIGRATIONS: list[Step] = [
     rekey_versions("?"),
     render(NORMALIZED, SQLITE),
     normalize_versions("?", overriding=""),  # an explicit seq is kept, and AUTOINCREMENT moves past it
+    render(TALLY_UNCHECKED, SQLITE),
 ]
 
 

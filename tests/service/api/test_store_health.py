@@ -31,3 +31,5 @@ def test_health_and_metrics_read_the_tallies(app: FastAPI, live_url: str) -> Non
     space = f'backend="{tally.backend}",featureset="{tally.featureset_id}",model_revision="{tally.model_revision}"'
     assert f"hsstore_store_entries{{{space}}} 3.0" in scraped
     assert f"hsstore_store_damaged_entries{{{space}}} 1.0" in scraped and "hsstore_catalog_up 1.0" in scraped
+    assert f"hsstore_store_unchecked_entries{{{space}}} 2.0" in scraped  # the scrub's mark checked one of the 3
+    assert "1 damaged, 0 imports to check against the model; 2 never checked" in said.output
