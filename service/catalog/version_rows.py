@@ -10,7 +10,6 @@ equality on its index, a hash prefix a range on it, and a listing's `seq > ?` is
 from __future__ import annotations
 
 import itertools
-import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
@@ -38,6 +37,7 @@ from service.catalog.references import References
 from service.catalog.sql_dialect import Dialect
 from service.catalog.version_filters import filter_clause
 from service.catalog.version_records import StoredKey, Tally
+from service.catalog.version_sampling import draw
 
 _ROW = (
     "SELECT v.seq, v.prompt_hash, v.space, v.content_hash, v.fingerprint, v.created_at, v.body, v.audit, v.integrity,"
@@ -228,42 +228,29 @@ class SqlVersionCatalog(Dialect, ABC):
     def sample(
         self, where: EntryFilter, count: int, seed: int | None = None, accept: Callable[[Manifest], bool] | None = None
     ) -> list[Manifest]:
-        """Up to `count` versions drawn at random from the key spaces `where` names (its other parts are not read):
-        each draw a random seq within a key space's range, weighted by its tally, and the first version at or after
-        it read through the (space, seq) index. So a sample of 10^7 costs what one of 10^3 does; versions after a
-        gap in a key space's seqs are a little likelier. `accept` turns a drawn version down (drawing again)."""
-        rng = random.Random(seed)
+        """Up to `count` versions drawn at random from the key spaces `where` names (its other parts are not read),
+        each weighted by its tally (version_sampling.py): a sample of 10^7 costs what one of 10^3 does."""
         spaces = self.refs.matching(where)
         weights = {t.space: t.entries for t in self._space_tallies() if spaces is None or t.space in spaces}
         weights = {space: entries for space, entries in weights.items() if entries}
         if not weights or count <= 0:
             return []
-        chosen: dict[int, Manifest] = {}
+        bounds: dict[int, tuple[int, int]] = {}
         with self.db.connection() as conn:
-            bounds = {
-                space: conn.execute(
+            for space in weights:
+                low, high = conn.execute(
                     self._sql("SELECT MIN(seq), MAX(seq) FROM entry_versions WHERE space = ?"), (space,)
                 ).fetchone()
-                for space in weights
-            }
-        order, shares = list(weights), list(weights.values())
-        wanted = min(count, sum(shares))
-        for _ in range(8 * wanted + 64):  # enough draws for a sample of most of a small store, then stop
-            if len(chosen) >= wanted:
-                break
-            space = rng.choices(order, shares)[0]
-            low, high = bounds[space]
+                bounds[space] = (int(low), int(high))
+
+        def at_or_after(space: int, seq: int) -> tuple[int, Manifest] | None:
             with self.db.connection() as conn:
                 row = conn.execute(
-                    self._sql(f"{_ROW} WHERE v.space = ? AND v.seq >= ? ORDER BY v.seq LIMIT 1"),
-                    (space, rng.randint(int(low), int(high))),
+                    self._sql(f"{_ROW} WHERE v.space = ? AND v.seq >= ? ORDER BY v.seq LIMIT 1"), (space, seq)
                 ).fetchone()
-            if row is None or row[0] in chosen:
-                continue
-            (manifest,) = self._manifests([row])
-            if accept is None or accept(manifest):
-                chosen[row[0]] = manifest
-        return [chosen[seq] for seq in sorted(chosen)]
+            return None if row is None else (int(row[0]), self._manifests([row])[0])
+
+        return draw(weights, bounds, count, at_or_after, seed, accept)
 
     def needing_attention(self, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
         """Versions flagged, damaged or suspect, oldest first: read through the partial index of those alone."""
