@@ -7,20 +7,23 @@ read (an outage) is left out of the scrape, and the `_up` gauge of what failed s
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import get_args
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from schemas.states import ItemState, JobState
 from service.catalog.protocol import JobStore
-from service.core.gpu_time.windows import Windows
+from service.core.gpu_time.windows import Windows, seconds_left
 from service.extraction.extractor import Extractor
+from service.host.sglang_canary import CanaryState
 from service.model.manager import ModelManager
 
-# SGLang's canary verdicts after a window (schemas.job_api.WindowState.sglang_canary): one gauge a verdict, 1 for
-# the last one
-CANARY_VERDICTS = ("ok", "mismatch", "restarted", "unchecked")
+# SGLang's canary verdicts after a window: one gauge a verdict, 1 for the last one
+CANARY_VERDICTS = get_args(CanaryState)
 ITEM_STATES = (ItemState.PENDING, ItemState.DONE, ItemState.FAILED)
 
 
@@ -40,10 +43,12 @@ class HostCollector(Collector):
         yield from self._gpu()
 
     def _window(self) -> Iterator[Metric]:
+        now = datetime.now(UTC)
         try:
-            state, left = self.windows.state(), self.windows.seconds_left()
+            state = self.windows.state(now)
         except Exception:  # its manual stamps live in the catalog: an outage leaves the window unknown
             return
+        left = seconds_left(state, now)
         yield _gauge("hsstore_window_open", "whether extraction may run now (a downtime window is open)", state.open)
         yield _gauge(
             "hsstore_window_seconds_left",
@@ -82,7 +87,7 @@ class QueueCollector(Collector):
             return
         jobs = GaugeMetricFamily("hsstore_jobs", "warm jobs by state", labels=["state"])
         for state in JobState:
-            jobs.add_metric([state.value], states.get(state, 0))
+            jobs.add_metric([state.value], states[state])
         # `job_id`, not `job`: Prometheus gives every series its scrape job's name as `job`
         items = GaugeMetricFamily("hsstore_job_items", "an active job's items by state", labels=["job_id", "state"])
         tokens = CounterMetricFamily("hsstore_job_tokens", "tokens an active job has extracted", labels=["job_id"])
@@ -102,6 +107,9 @@ class QueueCollector(Collector):
             "items whose worker's lease ran out with nobody taking them over yet (a worker lost)",
             labels=["worker"],
         )
-        for worker in sorted({lease.worker for lease in lapsed}):
-            lost.add_metric([worker], sum(lease.items for lease in lapsed if lease.worker == worker))
+        by_worker: Counter[str] = Counter()
+        for lease in lapsed:
+            by_worker[lease.worker] += lease.items
+        for worker, items_lost in sorted(by_worker.items()):
+            lost.add_metric([worker], items_lost)
         yield lost

@@ -87,6 +87,13 @@ def _iso(moment: datetime | None) -> str | None:
     return stamp_seconds(moment) if moment else None
 
 
+def seconds_left(state: WindowState, now: datetime) -> float | None:
+    """How long `state`'s open window has left at `now`; None while shut or with no end."""
+    if not state.open or state.closes_at is None:
+        return None
+    return (parse(state.closes_at) - now).total_seconds()
+
+
 class Windows:
     def __init__(self, schedule: list[str], store: KeyValue, enforced: bool, margin_s: float = 0.0) -> None:
         self.specs = list(schedule)
@@ -117,17 +124,16 @@ class Windows:
         return WindowState(open=False, source=None, closes_at=None, schedule=self.specs, next_opens_at=_iso(upcoming))
 
     def seconds_left(self, now: datetime | None = None) -> float | None:
-        state = self.state(now)
-        if not state.open or state.closes_at is None:
-            return None
-        closes = parse(state.closes_at)
-        return (closes - (now or datetime.now(UTC))).total_seconds()
+        now = now or datetime.now(UTC)
+        return seconds_left(self.state(now), now)
 
     def usable(self, now: datetime | None = None) -> bool:
         """Open, and not about to close: new batches start only while there is time to hand the GPU back."""
-        if not self.state(now).open:
+        now = now or datetime.now(UTC)
+        state = self.state(now)  # read once: its manual stamps are the catalog's
+        if not state.open:
             return False
-        left = self.seconds_left(now)
+        left = seconds_left(state, now)
         return left is None or left > self.margin_s
 
     def open(self, minutes: float, now: datetime | None = None) -> WindowState:
