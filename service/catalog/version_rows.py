@@ -243,14 +243,14 @@ class SqlVersionCatalog(Dialect, ABC):
                 ).fetchone()
                 bounds[space] = (int(low), int(high))
 
-        def at_or_after(space: int, seq: int) -> tuple[int, Manifest] | None:
+        def at_or_after(space: int, seq: int) -> tuple[int, tuple] | None:
             with self.db.connection() as conn:
                 row = conn.execute(
                     self._sql(f"{_ROW} WHERE v.space = ? AND v.seq >= ? ORDER BY v.seq LIMIT 1"), (space, seq)
                 ).fetchone()
-            return None if row is None else (int(row[0]), self._manifests([row])[0])
+            return None if row is None else (int(row[0]), row)
 
-        return draw(weights, bounds, count, at_or_after, seed, accept)
+        return draw(weights, bounds, count, at_or_after, lambda row: self._manifests([row])[0], seed, accept)
 
     def needing_attention(self, limit: int = 100, after_seq: int = 0) -> list[Manifest]:
         """Versions flagged, damaged or suspect, oldest first: read through the partial index of those alone."""

@@ -8,6 +8,7 @@ import random
 from collections.abc import Callable
 from typing import TypeVar
 
+Row = TypeVar("Row")
 Found = TypeVar("Found")
 
 
@@ -15,13 +16,14 @@ def draw(
     weights: dict[int, int],
     bounds: dict[int, tuple[int, int]],
     count: int,
-    at_or_after: Callable[[int, int], tuple[int, Found] | None],
+    at_or_after: Callable[[int, int], tuple[int, Row] | None],
+    decode: Callable[[Row], Found],
     seed: int | None = None,
     accept: Callable[[Found], bool] | None = None,
 ) -> list[Found]:
     """Up to `count` distinct versions, in seq order: `weights` a key space's versions, `bounds` its (lowest, highest)
-    seq, `at_or_after(space, seq)` the (seq, version) of the first version there (None past the end); `accept`
-    turns a drawn version down (drawing again)."""
+    seq, `at_or_after(space, seq)` the (seq, row) of the first version there (None past the end), `decode` a row
+    into its version (only a row not drawn before); `accept` turns a drawn version down (drawing again)."""
     rng = random.Random(seed)
     order, shares = list(weights), list(weights.values())
     wanted = min(count, sum(shares))
@@ -34,7 +36,8 @@ def draw(
         found = at_or_after(space, rng.randint(low, high))
         if found is None or found[0] in chosen:
             continue
-        seq, version = found
+        seq, row = found
+        version = decode(row)
         if accept is None or accept(version):
             chosen[seq] = version
     return [chosen[seq] for seq in sorted(chosen)]
