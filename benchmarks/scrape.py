@@ -29,7 +29,7 @@ from fastapi.testclient import TestClient
 from schemas.manifest import Manifest
 from schemas.states import JobState
 from service.catalog.job_records import NewItem
-from service.catalog.jobs_testing import _job
+from service.catalog.jobs_testing import job_record
 from service.catalog.testing import manifest
 from service.main import create_app
 from service.settings import Settings
@@ -54,7 +54,7 @@ def store(root: Path, entries: int) -> tuple[TestClient, dict[str, Any]]:
     started = time.perf_counter()
     services.versions.add_many(versions(entries))
     items = (NewItem(i, "torch", {"text": str(i)}, f"{i:064d}", None) for i in range(entries))
-    services.jobs.create_job(_job("job", 0, "2026-12-05T00:00:00Z"), items)
+    services.jobs.create_job(job_record("job", 0, "2026-12-05T00:00:00Z"), items)
     services.jobs.set_job_state("job", JobState.RUNNING, started_at="2026-12-05T00:00:01Z")
     services.jobs.claim_items("job", "gpu-1:cuda:0", 32, lease_s=600)
     services.jobs.claim_items("job", "gpu-2:cuda:0", 32, lease_s=0.01)

@@ -10,7 +10,8 @@ from service.catalog.job_records import JobRecord, NewItem
 from service.catalog.protocol import JobStore
 
 
-def _job(id_: str, priority: int, created: str, run_now: bool = False) -> JobRecord:
+def job_record(id_: str, priority: int, created: str, run_now: bool = False) -> JobRecord:
+    """A queued job's record, as a test or a benchmark sets one up."""
     return JobRecord(
         id_, JobState.QUEUED, priority, run_now, ["torch"], {"layers": [1]}, None, created, None, None, 0, 0.0
     )
@@ -20,9 +21,13 @@ class JobsTests:
     """`Jobs`: created whole, run by priority then age, their states, errors, work and listing."""
 
     def test_jobs_run_by_priority_then_age_and_windowed_jobs_wait(self, jobs: JobStore) -> None:
-        jobs.create_job(_job("old", 0, "2026-11-30T01:00:00Z"), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)])
-        jobs.create_job(_job("urgent", 5, "2026-11-30T02:00:00Z"), [NewItem(0, "torch", {"text": "b"}, "b" * 64, None)])
-        now = _job("now", -1, "2026-11-30T03:00:00Z", run_now=True)
+        jobs.create_job(
+            job_record("old", 0, "2026-11-30T01:00:00Z"), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)]
+        )
+        jobs.create_job(
+            job_record("urgent", 5, "2026-11-30T02:00:00Z"), [NewItem(0, "torch", {"text": "b"}, "b" * 64, None)]
+        )
+        now = job_record("now", -1, "2026-11-30T03:00:00Z", run_now=True)
         jobs.create_job(now, [NewItem(0, "torch", {"text": "c"}, "c" * 64, 4)])
         assert [j.id for j in jobs.runnable_jobs(include_windowed=True)] == ["urgent", "old", "now"]
         assert [j.id for j in jobs.runnable_jobs(include_windowed=False)] == ["now"]
@@ -34,7 +39,7 @@ class JobsTests:
 
     def test_states_errors_and_work(self, jobs: JobStore) -> None:
         items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(3)]
-        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        jobs.create_job(job_record("j", 0, "2026-11-30T01:00:00Z"), items)
         first, second, _ = jobs.pending_items("j", 10)
         jobs.finish_item(first, ItemState.FAILED, error="too long")
         jobs.finish_item(second, ItemState.DONE, content_hash="sha256:" + "1" * 64)
@@ -53,7 +58,7 @@ class JobsTests:
 
     def test_ids_by_prefix_and_listing_newest_first(self, jobs: JobStore) -> None:
         for id_, created in (("abc123", "2026-11-30T01:00:00Z"), ("abd456", "2026-11-30T02:00:00Z")):
-            jobs.create_job(_job(id_, 0, created), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)])
+            jobs.create_job(job_record(id_, 0, created), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)])
         assert jobs.job_ids_starting("abc") == ["abc123"]
         assert sorted(jobs.job_ids_starting("ab")) == ["abc123", "abd456"]
         assert [j.id for j in jobs.list_jobs()] == ["abd456", "abc123"]
@@ -61,7 +66,7 @@ class JobsTests:
     def test_a_job_is_created_whole_or_not_at_all(self, jobs: JobStore) -> None:
         twice = [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)] * 2  # the same item twice: the insert fails
         try:
-            jobs.create_job(_job("broken", 0, "2026-11-30T01:00:00Z"), twice)
+            jobs.create_job(job_record("broken", 0, "2026-11-30T01:00:00Z"), twice)
         except Exception:
             pass
         else:
@@ -74,7 +79,7 @@ class LeasesTests:
 
     def test_claims_lease_items_to_one_worker_at_a_time(self, jobs: JobStore) -> None:
         items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(5)]
-        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        jobs.create_job(job_record("j", 0, "2026-11-30T01:00:00Z"), items)
         first = jobs.claim_items("j", "w1", 2, lease_s=60)
         second = jobs.claim_items("j", "w2", 10, lease_s=60)
         assert [i.index for i in first] == [0, 1] and [i.index for i in second] == [2, 3, 4]
@@ -87,7 +92,9 @@ class LeasesTests:
         assert [i.index for i in jobs.claim_items("j", "w3", 10, lease_s=60)] == [2, 3, 4]
 
     def test_an_expired_lease_is_taken_over_and_its_holder_records_nothing(self, jobs: JobStore) -> None:
-        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)])
+        jobs.create_job(
+            job_record("j", 0, "2026-11-30T01:00:00Z"), [NewItem(0, "torch", {"text": "a"}, "a" * 64, None)]
+        )
         (held,) = jobs.claim_items("j", "dead", 10, lease_s=0.2)
         time.sleep(0.3)  # the lease ran out on the database's clock
         (taken,) = jobs.claim_items("j", "alive", 10, lease_s=60)
@@ -99,7 +106,7 @@ class LeasesTests:
 
     def test_live_leases_list_what_each_worker_holds_until_it_runs_out_or_is_done(self, jobs: JobStore) -> None:
         items = [NewItem(i, "torch", {"text": str(i)}, str(i) * 64, None) for i in range(5)]
-        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        jobs.create_job(job_record("j", 0, "2026-11-30T01:00:00Z"), items)
         held = jobs.claim_items("j", "w1", 3, lease_s=60)
         jobs.claim_items("j", "w2", 2, lease_s=0.2)
         time.sleep(0.3)  # w2's leases ran out: it holds nothing any more
@@ -117,7 +124,7 @@ class LeasesTests:
         from concurrent.futures import ThreadPoolExecutor
 
         jobs.create_job(
-            _job("j", 0, "2026-11-30T01:00:00Z"),
+            job_record("j", 0, "2026-11-30T01:00:00Z"),
             [NewItem(i, "torch", {"text": str(i)}, f"{i:064d}", None) for i in range(60)],
         )
 
@@ -140,7 +147,7 @@ class CompletionsTests:
         items = [
             NewItem(i, backend, {"text": str(i)}, str(i) * 64, 8) for i in range(2) for backend in ("torch", "fla")
         ]
-        jobs.create_job(_job("j", 0, "2026-11-30T01:00:00Z"), items)
+        jobs.create_job(job_record("j", 0, "2026-11-30T01:00:00Z"), items)
         jobs.fall_back_to_target("j", 0)
         assert {i.index for i in jobs.pending_items("j", 10, needing_completion=True)} == {1}
         refused = [i for i in jobs.pending_items("j", 10) if i.index == 0]

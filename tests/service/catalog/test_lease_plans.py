@@ -13,7 +13,7 @@ import pytest
 from schemas.states import ItemState
 from service.catalog import SqliteDatabase, SqliteJobStore
 from service.catalog.job_records import NewItem
-from service.catalog.jobs_testing import _job
+from service.catalog.jobs_testing import job_record
 from service.catalog.postgres import PostgresDatabase, PostgresJobStore
 from service.catalog.sql_jobs import LAPSED_LEASES, LIVE_LEASES, RENEW_LEASES, SqlJobStore
 from tests.service.catalog.test_query_plans import _plan
@@ -32,7 +32,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         db = PostgresDatabase(request.getfixturevalue("postgres_url"))
         store = PostgresJobStore(db)
     items = (NewItem(i, "torch", {"text": str(i)}, f"{i:064d}", None) for i in range(ITEMS))
-    store.create_job(_job("j", 0, "2026-12-05T00:00:00Z"), items)
+    store.create_job(job_record("j", 0, "2026-12-05T00:00:00Z"), items)
     store.claim_items("j", "w1", 3, lease_s=60)
     with db.writing() as conn:
         conn.execute("ANALYZE")
