@@ -20,9 +20,9 @@ from numcodecs import Blosc, blosc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.records import cpu_model
 from benchmarks.timing import timed
+from compute.forward import capture
 from schemas.chunks import blocks
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture
 from service.model.synthetic import build_synthetic
 
 GB = 1e9

@@ -48,12 +48,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.records import record_header
+from compute.forward import attention_pinned
 from schemas.api import ExtractRequest
 from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.keys import FeatureKey
-from schemas.lean_forward import attention_pinned
 from schemas.samples import parse_sample
 from service.extraction.extractor import Extractor
 from service.extraction.layer_graphs import graph_recorder

@@ -4,7 +4,7 @@ The same sequences are extracted through the service's writer (lean forward, has
 three featuresets of the same layers, round by round, interleaved:
 
   bf16   the layers as the model computes them
-  fp8    float8 e4m3 with a float32 scale per token and layer (`schemas/fp8.py`)
+  fp8    float8 e4m3 with a float32 scale per token and layer (`compute/fp8.py`)
   top64  bf16 layers plus the target's top-64 next-token log-probabilities and retained mass (and target_ids)
 
 Then, from the stored entries: fp8's fidelity against bf16 per layer (cosine per token: mean and min; max |delta|;
@@ -29,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.extract import lengths_totalling, random_ids
 from benchmarks.records import record_header
+from compute.fp8 import dequantise, quantise
+from compute.tensors import to_torch
 from schemas.api import ExtractRequest
 from schemas.featureset import FeatureSet
-from schemas.fp8 import dequantise, quantise
 from schemas.keys import EntryFilter
 from schemas.samples import parse_sample
-from schemas.torch_tensors import to_torch
 from service.main import build_services
 from service.model.synthetic import build_synthetic
 from service.settings import Settings

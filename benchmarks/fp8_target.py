@@ -30,12 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.extract import MIXES, lengths_totalling, random_ids
 from benchmarks.records import record_header
 from benchmarks.timing import gpu_ms_per_call
+from compute.tensors import to_torch
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from schemas.manifest import HIDDEN_STATES
 from schemas.samples import parse_sample
-from schemas.torch_tensors import to_torch
 from service.main import build_services
 from service.model.synthetic import QWEN3_5_27B, build_synthetic, to_fp8
 from service.settings import Settings

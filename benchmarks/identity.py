@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.extract import MIXES, lengths_totalling, profile_pack, random_ids
 from benchmarks.records import record_header
+from compute.forward import attention_pinned
+from compute.tensors import to_torch
 from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import attention_pinned
-from schemas.torch_tensors import to_torch
 from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
 from service.model.encode import EncodedPrompt

@@ -18,9 +18,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.records import record_header
+from compute.forward import capture
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture
 from service.model.devmodel import build_devmodel
 from service.model.kernels import KernelSet
 from service.model.synthetic import build_synthetic

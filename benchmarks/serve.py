@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.timing import timed
 from client import FeatureClient
+from compute.tensors import from_torch
 from schemas.backend import Fingerprint
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.content_hash import content_hash
@@ -49,7 +50,6 @@ from schemas.featureset import FeatureSet
 from schemas.manifest import Manifest, TensorInfo
 from schemas.prompt_hash import prompt_hash
 from schemas.timestamps import utc_now
-from schemas.torch_tensors import from_torch
 from service.core.write.recorder import Recorder
 from service.main import build_services
 from service.settings import Settings

@@ -147,11 +147,11 @@ def split_check(tokens: int) -> dict:
 
     import torch
 
+    from compute.tensors import to_torch
     from schemas.backend import Backend
     from schemas.content_hash import content_hash
     from schemas.featureset import FeatureSet
     from schemas.samples import parse_sample
-    from schemas.torch_tensors import to_torch
     from service.extraction.extractor import Extractor
     from service.model.placement import spread_layers
     from service.model.synthetic import build_synthetic

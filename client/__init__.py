@@ -37,16 +37,16 @@ from client.errors import (
     WindowClosedError,
 )
 from client.features import Features
-from client.guard import check_backends
-from client.live import live_backend
+from client.live.guard import check_backends
 from client.teacher import TopK, kl_to_student, student_log_probs
+from compute.kernel_binding import live_backend
 from schemas.featureset import FeatureSet
 from schemas.lazy import lazy_exports
 from schemas.prompt_hash import prompt_hash
 
 # The torch Datasets load torch on first use: `import client` (and the CLI) stays light for callers without tensors.
 _TORCH_DATA = {
-    "compute_features": "client.computation",
+    "compute_features": "client.live.computation",
     "DeviceFeed": "client.training.device_feed",
     "EntryStream": "client.training.entry_stream",
     "FeatureDataset": "client.training.torch_data",

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # torch is imported on first use, so the CLI's commands that 
 
 
 def _torch(tensor: RawTensor) -> torch.Tensor:
-    from schemas.torch_tensors import to_torch
+    from compute.tensors import to_torch
 
     return to_torch(tensor)
 
@@ -39,7 +39,7 @@ class Features:
     def hidden_states(self) -> torch.Tensor:
         """[T, n_layers, H] bfloat16 (an fp8 featureset's dequantised here: `fp8` gives the stored values)."""
         if HIDDEN_SCALES in self.tensors:
-            from schemas.fp8 import dequantise
+            from compute.fp8 import dequantise
 
             return dequantise(*self.fp8)
         return _torch(self.tensors[HIDDEN_STATES])
@@ -47,7 +47,7 @@ class Features:
     @property
     def fp8(self) -> tuple[torch.Tensor, torch.Tensor]:
         """An fp8 featureset's hidden states as stored: float8_e4m3fn [T, n_layers, H] and float32 scales [T, n_layers]
-        (value = fp8 * scale; `schemas.fp8`). ValueError for a bfloat16 featureset."""
+        (value = fp8 * scale; `compute.fp8`). ValueError for a bfloat16 featureset."""
         if HIDDEN_SCALES not in self.tensors:
             raise ValueError(f"featureset {self.manifest.featureset_id} stores {self.manifest.featureset.dtype}")
         return _torch(self.tensors[HIDDEN_STATES]), _torch(self.tensors[HIDDEN_SCALES])

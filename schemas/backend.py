@@ -57,7 +57,7 @@ class AttentionKernel(StrEnum):
     FLASH = "flash"
 
 
-# What new extractions pin (`schemas/lean_forward.py` applies it)
+# What new extractions pin (`compute/forward.py` applies it)
 PINNED_ATTENTION = AttentionKernel.FLASH
 
 # Imported features (`hsstore import`): nothing says which kernels computed them, so they are stored under this

@@ -34,7 +34,7 @@ def _layer(value: object) -> object:
 
 # decoder layers count from 0
 LayerId = Annotated[Annotated[int, Field(ge=0)] | Literal["embed", "final_norm"], BeforeValidator(_layer)]
-# bfloat16 as the model computes it, or float8 (e4m3) with one float32 scale per token and layer (`schemas/fp8.py`);
+# bfloat16 as the model computes it, or float8 (e4m3) with one float32 scale per token and layer (`compute/fp8.py`);
 # what each is, as help texts say it (a test holds the table to the Literal)
 FeatureDtype = Literal["bfloat16", "float8_e4m3fn"]
 FEATURE_DTYPES: dict[str, str] = {

@@ -9,7 +9,7 @@ from tests.conftest import REPO
 
 GUIDE = (REPO / "docs" / "guide.md").read_text()
 LAYOUT = GUIDE.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
-TOP = ("schemas", "service", "client", "hsstore", "benchmarks", "scripts", "deploy", "tests")
+TOP = ("schemas", "compute", "service", "client", "hsstore", "benchmarks", "scripts", "deploy", "tests")
 
 
 def _sections() -> dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO
 
-PACKAGES = ("schemas", "service", "client", "hsstore")
+PACKAGES = ("schemas", "compute", "service", "client", "hsstore")
 
 
 def import_cycles(root: Path) -> list[list[str]]:
@@ -89,3 +89,10 @@ def test_a_planted_cycle_is_found(copy_of_the_tree: Path) -> None:
     assert any("service.core.gpu_time.gate" in group and "service.core.write.writer" in group for group in cycles), (
         cycles
     )
+
+
+def test_torch_in_the_contract_breaks_it(copy_of_the_tree: Path) -> None:
+    # a lazy import counts: a function of schemas/ that imports torch would make the contract need it
+    planted = plant(copy_of_the_tree, "schemas/tokens.py", "def _f() -> None:\n    import torch  # noqa")
+    done = lint_imports(planted)
+    assert done.returncode != 0 and "no torch" in done.stdout and "BROKEN" in done.stdout, done.stdout

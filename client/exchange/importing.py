@@ -13,6 +13,7 @@ import torch
 from client.client import FeatureClient
 from client.exchange import formats
 from client.exchange.formats import FORMATS, Found
+from compute.tensors import from_torch
 from schemas.api import ImportRequest, ImportResult
 from schemas.content_hash import content_hash
 from schemas.exchange import (
@@ -25,7 +26,6 @@ from schemas.exchange import (
 from schemas.featureset import LayerId
 from schemas.states import CompletionSource, ImportStatus
 from schemas.tensors import RawTensor
-from schemas.torch_tensors import from_torch
 
 
 @dataclass

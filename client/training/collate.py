@@ -10,9 +10,9 @@ import torch
 
 from client.chunk_checks import DeferredCopy
 from client.host_memory import HOST_MEMORY
+from compute.tensors import TORCH_DTYPES
 from schemas.manifest import HIDDEN_STATES
 from schemas.tensors import DTYPES
-from schemas.torch_tensors import TORCH_DTYPES
 
 Sample = dict[str, Any]
 

@@ -7,7 +7,7 @@ them to the device on a side stream, `depth` batches ahead. The step gets a batc
 (its stream waits; the CPU does not), and a slot is refilled only after the copy out of it has completed, so no
 buffer is ever handed out, or written, while a copy still reads it. An fp8 featureset read with `dequantise=False`
 travels as stored (fp8 plus its scales: half the bytes of bfloat16) and is dequantised here, on the device, with the
-same function as on the CPU (`schemas.fp8.dequantise`, exact up to its one rounding, so the bits are those of a CPU
+same function as on the CPU (`compute.fp8.dequantise`, exact up to its one rounding, so the bits are those of a CPU
 dequantisation).
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from schemas.fp8 import dequantise
+from compute.fp8 import dequantise
 
 Batch = dict[str, Any]
 _END = object()

@@ -16,11 +16,11 @@ from typing import Literal
 import torch
 import transformers
 
-from schemas import fp8
+from compute import fp8
+from compute.forward import capture, chunked_heads, decoder_layers_run
 from schemas.backend import PINNED_ATTENTION, SPECS, AttentionKernel, Backend, Fingerprint
 from schemas.batching import ONE_PER_FORWARD, PackPolicy
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture, chunked_heads, decoder_layers_run
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 from service.extraction.bit_checks import BitChecks, TokenSequence
 from service.extraction.layer_graphs import LayerGraphs, LayerRecorder

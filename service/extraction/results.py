@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import torch
 
+from compute.tensors import from_torch
 from schemas.backend import Fingerprint
 from schemas.featureset import LayerId
 from schemas.manifest import LayerStats
 from schemas.tensors import RawTensor
-from schemas.torch_tensors import from_torch
 from service.extraction.stats import RowCounts, layer_stats, row_counts
 
 

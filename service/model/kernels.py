@@ -1,7 +1,7 @@
 """Which kernels transformers bound for the Gated-DeltaNet layers, forcing the torch references, and recording
 which implementation each call really used. The backend label comes from here, never from a flag.
 
-What is bound is read as `schemas/kernel_binding.py` defines it. The modeling code looks the wrappers up as module
+What is bound is read as `compute/kernel_binding.py` defines it. The modeling code looks the wrappers up as module
 globals at call time, so swapping a module attribute changes what the next forward runs.
 """
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from compute.kernel_binding import KERNELS, bound, has_fast, origin, runnable, wrappers
 from schemas.backend import (
     AUTO,
     BACKEND_CHOICES,
@@ -25,7 +26,6 @@ from schemas.backend import (
     Backend,
     backend_for_fast,
 )
-from schemas.kernel_binding import KERNELS, bound, has_fast, origin, runnable, wrappers
 from service.errors import BackendMismatch, BackendUnavailable, InvalidRequest
 
 

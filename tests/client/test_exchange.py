@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from client import FeatureClient, InvalidRequestError, NotFoundError, compute_features
 from client.exchange import ExportChoice, choose, export, import_dir, newest_versions, plan_import
+from compute.tensors import from_torch
 from hsstore.cli import app as cli
 from schemas import safetensors_body
 from schemas.api import IMPORT_METADATA, ImportRequest
@@ -27,7 +28,6 @@ from schemas.content_hash import content_hash
 from schemas.exchange import EXPORT_INDEX, ExchangeFormat, ExportIndex
 from schemas.featureset import FeatureSet
 from schemas.tensors import RawTensor
-from schemas.torch_tensors import from_torch
 from service.main import create_app
 from service.model.loader import LoadedModel
 from service.settings import Settings

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from client import FeatureClient, MixedBackendsError, check_backends, compute_features, live_backend
+from compute.kernel_binding import bound_backend
+from compute.tensors import from_torch, to_torch
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
-from schemas.kernel_binding import bound_backend
-from schemas.torch_tensors import from_torch, to_torch
 from service.model.loader import LoadedModel
 from tests.service.model.test_kernels import fake_module
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from client import FeatureClient
+from compute.forward import attention_pinned
 from schemas.backend import PINNED_ATTENTION
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import attention_pinned
 from service.main import create_app
 from service.model.devmodel import build_devmodel
 from service.model.fused import EAGER, FUSED

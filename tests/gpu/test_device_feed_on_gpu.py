@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from client import DeviceFeed, pad_collate
-from schemas.fp8 import dequantise, quantise
+from compute.fp8 import dequantise, quantise
 from tests.client.test_device_feed import Reused
 from tests.gpu.marks import needs_gpu_with
 

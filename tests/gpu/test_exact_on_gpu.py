@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 import torch
 
-from client.computation import compute_features
+from client.live.computation import compute_features
+from compute.forward import attention_pinned
+from compute.tensors import to_torch
 from schemas.api import ExtractRequest
 from schemas.backend import PINNED_ATTENTION, AttentionKernel, Backend
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import attention_pinned
 from schemas.samples import parse_sample
-from schemas.torch_tensors import to_torch
 from service.main import build_services
 from service.model.fp8_weights import gemm_counts
 from service.model.loader import LoadedModel
@@ -119,7 +119,7 @@ def test_stored_features_are_the_models_own_forward_at_the_27b_width(bf16, backe
         f"""
         import sys, torch
         sys.path.insert(0, {str(REPO)!r})
-        from client.computation import compute_features
+        from client.live.computation import compute_features
         from schemas.featureset import FeatureSet
         from service.model.synthetic import build_synthetic
         from tests.gpu.test_exact_on_gpu import FEATURES, SEQUENCES

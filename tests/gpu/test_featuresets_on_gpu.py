@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from compute.forward import attention_pinned
+from compute.fp8 import quantise
+from compute.tensors import to_torch
 from schemas.api import ExtractRequest
 from schemas.backend import PINNED_ATTENTION
 from schemas.featureset import FeatureSet
-from schemas.fp8 import quantise
-from schemas.lean_forward import attention_pinned
-from schemas.torch_tensors import to_torch
 from service.main import build_services
 from service.model.devmodel import build_devmodel
 from service.settings import Settings

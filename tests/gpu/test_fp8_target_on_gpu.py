@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from compute.tensors import to_torch
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from schemas.torch_tensors import to_torch
 from service.main import build_services
 from service.model import fp8_weights
 from service.model.devmodel import build_devmodel

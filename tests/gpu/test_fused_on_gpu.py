@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
+from compute.forward import capture
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture
 from service.model.fused import FusedForwards, kernel_mismatches
 from service.model.loader import LoadedModel
 from tests.gpu.marks import needs_gpu_with

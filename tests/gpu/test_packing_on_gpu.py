@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from compute.tensors import to_torch
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
-from schemas.torch_tensors import to_torch
 from service.extraction.packing import plan_packs
 from service.main import build_services
 from service.model.devmodel import build_devmodel

@@ -6,11 +6,11 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from compute.tensors import from_torch, to_torch
 from schemas import safetensors_body
 from schemas.content_hash import content_hash
 from schemas.http import MalformedBody
 from schemas.tensors import RawTensor
-from schemas.torch_tensors import from_torch, to_torch
 
 
 def sample_tensors() -> list[RawTensor]:

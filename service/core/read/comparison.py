@@ -6,12 +6,12 @@ from collections.abc import Mapping
 
 import torch
 
+from compute.fp8 import dequantise
+from compute.tensors import to_torch
 from schemas.checks_api import LayerComparison
 from schemas.featureset import LayerId
-from schemas.fp8 import dequantise
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 from schemas.tensors import RawTensor
-from schemas.torch_tensors import to_torch
 
 
 def _values(tensors: Mapping[str, RawTensor]) -> tuple[torch.Tensor, torch.Tensor]:

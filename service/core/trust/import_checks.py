@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from compute.tensors import to_torch
 from schemas.api import ImportRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
@@ -35,7 +36,6 @@ from schemas.samples import ParsedSample, parse_sample
 from schemas.states import AuditStatus
 from schemas.tensors import RawTensor
 from schemas.timestamps import utc_now
-from schemas.torch_tensors import to_torch
 from service.catalog.protocol import KeyValue, VersionCatalog
 from service.errors import InvalidRequest
 from service.extraction.extractor import Extractor

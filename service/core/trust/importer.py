@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from compute.tensors import to_torch
 from schemas.api import ImportRequest, ImportResult
 from schemas.backend import UNKNOWN_BACKEND, Fingerprint
 from schemas.content_hash import content_hash
@@ -21,7 +22,6 @@ from schemas.manifest import HIDDEN_STATES
 from schemas.samples import InvalidSampleError, ParsedSample, parse_sample
 from schemas.states import ImportStatus
 from schemas.tensors import RawTensor
-from schemas.torch_tensors import to_torch
 from service.catalog.protocol import VersionCatalog
 from service.core.trust.import_checks import ImportChecks
 from service.core.write.content_checks import ContentChecks

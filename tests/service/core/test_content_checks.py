@@ -13,11 +13,11 @@ import torch
 from typer.testing import CliRunner
 
 from client import FeatureClient, ImplausibleError
+from compute.tensors import from_torch
 from hsstore.cli import app as cli
 from schemas import safetensors_body
 from schemas.api import IMPORT_METADATA, ImportRequest
 from schemas.content_hash import content_hash
-from schemas.torch_tensors import from_torch
 from service.model.loader import LoadedModel
 
 HIDDEN = 64  # the tiny model's

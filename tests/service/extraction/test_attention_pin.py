@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from compute.forward import capture
 from schemas.api import ExtractRequest
 from schemas.backend import PINNED_ATTENTION
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture
 from service.extraction.extractor import Extractor
 from service.main import build_services
 from service.model.loader import LoadedModel

@@ -10,8 +10,8 @@ import torch
 from client import FeatureClient, TopK, kl_to_student, student_log_probs
 from client.training.collate import pack_collate, pad_collate
 from client.training.torch_data import to_sample
+from compute.fp8 import FP8_MAX, dequantise, quantise
 from schemas.featureset import FeatureSet
-from schemas.fp8 import FP8_MAX, dequantise, quantise
 from service.model.loader import LoadedModel
 
 SAMPLE = {"messages": [{"role": "user", "content": "Explain how a hash map resolves collisions."}]}
@@ -54,7 +54,7 @@ def test_an_fp8_featureset_stores_one_byte_per_value_and_reads_back_as_bfloat16(
     assert stored["hidden_states"].dtype == "float8_e4m3fn" and stored["hidden_scales"].dtype == "float32"
     tokens = small.manifest.num_tokens
     assert stored["hidden_states"].shape == [tokens, 3, 64] and stored["hidden_scales"].shape == [tokens, 3]
-    # the values are the bf16 extraction's, quantised by the one convention in schemas/fp8.py
+    # the values are the bf16 extraction's, quantised by the one convention in compute/fp8.py
     expected_q, expected_scales = quantise(exact.hidden_states)
     q, scales = small.fp8
     assert torch.equal(q.view(torch.uint8), expected_q.view(torch.uint8)) and torch.equal(scales, expected_scales)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from client import FeatureClient
+from compute.forward import capture
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture
 from service.model.loader import LoadedModel
 
 ALL_LAYERS = list(range(8))

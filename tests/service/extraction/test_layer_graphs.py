@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from compute.forward import capture
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture
 from service.extraction.layer_graphs import LayerGraphs
 from service.model.devmodel import build_devmodel
 from service.model.loader import LoadedModel

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from compute.tensors import to_torch
 from schemas.api import ExtractRequest
 from schemas.backend import SPECS, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
-from schemas.torch_tensors import to_torch
 from service.extraction import extractor as extractor_module
 from service.extraction import packing
 from service.extraction.extractor import Extractor

@@ -10,10 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from compute.forward import capture
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture
 from service.extraction.extractor import Extractor
 from service.main import build_services
 from service.model.fused import EAGER, FusedForwards

@@ -2,7 +2,7 @@
 stored features do not hold) must run the computation the stored features are. The seeds' team trained on
 torch-fallback features (causal-conv1d missing) and evaluated with fla: every number was off and nothing said why.
 This reads which kernels transformers bound in the trainer's own process, the way the service labels what it stores
-(`schemas/kernel_binding.py`); refuses entries whose fingerprint names a computation other than the model's own
+(`compute/kernel_binding.py`); refuses entries whose fingerprint names a computation other than the model's own
 forward (an earlier release's packs); and, given the model, computes stored entries again here
 (`client.compute_features`) and compares the bits, which is what catches every other difference (another GPU type,
 other library versions), before a mix happens.
@@ -18,7 +18,7 @@ from typing import Any
 
 from client.errors import MixedBackendsError
 from client.features import Features
-from client.live import live_backend
+from compute.kernel_binding import live_backend
 from schemas.manifest import HIDDEN_STATES, Manifest
 
 
@@ -68,8 +68,8 @@ def _whole(features: Features) -> bool:
 def _same_bits_here(features: Features, model: Any) -> None:
     import torch
 
-    from client.computation import compute_features
-    from schemas.torch_tensors import to_torch
+    from client.live.computation import compute_features
+    from compute.tensors import to_torch
 
     manifest = features.manifest
     ran = manifest.fingerprint

@@ -1,6 +1,6 @@
 """The one call a trainer holding the target uses to compute features exactly as a stored entry of that model, backend
 and featureset was computed, in its own process, with no service: the model's own forward of the sequence alone
-(`schemas/lean_forward.py`: layer L is decoder layer L's output, full attention on the pinned kernel, the heads in
+(`compute/forward.py`: layer L is decoder layer L's output, full attention on the pinned kernel, the heads in
 chunks of `HEAD_CHUNK` tokens). The
 service gives every sequence those bits in its packs by construction, so on the GPU type and library versions an
 entry's fingerprint names, the tensors are the stored ones bit for bit (`check_backends` compares them).
@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from client.errors import MixedBackendsError
-from client.live import live_backend
-from schemas import fp8
+from compute import fp8
+from compute.forward import capture, chunked_heads
+from compute.kernel_binding import live_backend
 from schemas.backend import PINNED_ATTENTION, AttentionKernel
 from schemas.featureset import FeatureSet
-from schemas.lean_forward import capture, chunked_heads
 from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 
 

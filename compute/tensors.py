@@ -1,4 +1,5 @@
-"""torch <-> RawTensor without copies where torch allows it (schemas' only torch import, for (de)serialisation)."""
+"""torch <-> RawTensor without copies where torch allows it, for (de)serialisation: the service, the client and the
+importer convert through it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Which kernels transformers bound for the Gated-DeltaNet layers of a modeling module, read off the module itself:
 the one definition of what backend a forward runs, shared by the service (which forces and records each call,
 `service/model/kernels.py`) and a trainer that runs the target live and must not mix its bits with stored features
-of another backend (`client/guard.py`).
+of another backend (`client/live/guard.py`).
 
 transformers binds each kernel wrapper at import of the model's module: the wrapper keeps the torch reference as
 `__wrapped__` and the bound implementation in its closure as `implementation`.
@@ -10,6 +10,7 @@ transformers binds each kernel wrapper at import of the model's module: the wrap
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -65,3 +66,12 @@ def runnable(module_wrappers: dict[str, Callable[..., Any]], device_type: str) -
 def bound_backend(module: ModuleType, device_type: str) -> Backend:
     """The backend a forward of this module's models runs as bound (nothing forced), on `device_type`."""
     return runnable(wrappers(module), device_type)[0]
+
+
+def live_backend(model: Any, device_type: str | None = None) -> str:
+    """The backend a forward of `model` runs in this process as transformers bound its kernels (`fla`,
+    `fla-noconv` or `torch`); `device_type` defaults to where the model's weights are."""
+    module = sys.modules[type(model).__module__]
+    if device_type is None:
+        device_type = next(model.parameters()).device.type
+    return bound_backend(module, device_type).value
