@@ -20,7 +20,7 @@ from numcodecs import Blosc, blosc
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.records import cpu_model
 from benchmarks.timing import timed
-from compute.forward import capture
+from compute.forward import ForwardPlan
 from schemas.chunks import blocks
 from schemas.featureset import FeatureSet
 from service.model.synthetic import build_synthetic
@@ -50,7 +50,7 @@ def hidden_chunks(tokens: int, seed: int) -> list[np.ndarray]:
     with torch.inference_mode():
         for _ in range(max(1, tokens // 2048)):
             ids = torch.randint(0, vocab - 1024, (1, 2048), generator=generator).cuda()
-            hidden, _ = capture(loaded.body, ids, featureset)
+            hidden, _ = ForwardPlan.of(featureset, len(loaded.body.layers)).capture(loaded.body, ids)
             array = hidden[0].contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
             chunks.extend(np.ascontiguousarray(b) for _, b in blocks(array, (256, 1, array.shape[2])))
     del loaded

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.records import record_header
-from compute.forward import capture
+from compute.forward import ForwardPlan
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from service.model.devmodel import build_devmodel
@@ -31,7 +31,7 @@ def scales(model: torch.nn.Module, device: str, tokens: int, vocab: int) -> list
     layers = list(range(len(body.layers)))
     ids = torch.randint(0, vocab, (1, tokens), generator=torch.Generator().manual_seed(0)).to(device)
     with torch.inference_mode(), KernelSet.for_model(model).running(Backend.TORCH):
-        hidden, _ = capture(body, ids, FeatureSet(layers=layers))
+        hidden, _ = ForwardPlan.of(FeatureSet(layers=layers), len(body.layers)).capture(body, ids)
     values = hidden[0].float()
     return [
         {"layer": layer, "std": float(values[:, i].std()), "absmax": float(values[:, i].abs().max())}

@@ -18,12 +18,10 @@ from typing import Any
 import torch
 
 from client.errors import MixedBackendsError
-from compute import fp8
-from compute.forward import capture, chunked_heads
+from compute.forward import ForwardPlan
 from compute.kernel_binding import live_backend
 from schemas.backend import PINNED_ATTENTION, AttentionKernel
 from schemas.featureset import FeatureSet
-from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
 
 
 def compute_features(
@@ -49,12 +47,8 @@ def compute_features(
         featureset = FeatureSet.default_for(len(body.layers))
     device = body.embed_tokens.weight.device
     ids = torch.as_tensor(input_ids, dtype=torch.long).to(device).reshape(1, -1)
+    plan = ForwardPlan.of(featureset, len(body.layers))
     with torch.inference_mode():
-        hidden, normed = capture(body, ids, featureset, attention)
-        heads = chunked_heads(model.get_output_embeddings(), normed[0], featureset) if normed is not None else {}
-        out: dict[str, torch.Tensor] = {"input_ids": ids[0].to(torch.int32), **heads}
-        if featureset.dtype == "float8_e4m3fn":
-            out[HIDDEN_STATES], out[HIDDEN_SCALES] = fp8.quantise(hidden[0])
-        else:
-            out[HIDDEN_STATES] = hidden[0]
-    return out
+        hidden, normed = plan.capture(body, ids, attention)
+        heads = plan.heads(model.get_output_embeddings(), normed[0] if normed is not None else None)
+        return {"input_ids": ids[0].to(torch.int32), **heads, **plan.stored(hidden[0])}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from compute.forward import ForwardPlan
 from schemas.backend import Backend
 from schemas.featureset import FINAL_NORM, FeatureSet
 from service.model.fused import FusedForwards
@@ -27,9 +28,9 @@ class TokenSequence:
     completion_source: str | None
 
 
-# one sequence, featureset, fused forwards or None -> [T, n_layers, H] hidden states, its heads, its ids on the device
+# one sequence, a forward plan, fused forwards or None -> [T, n_layers, H] hidden states, its heads, its device ids
 Forward = Callable[
-    [TokenSequence, FeatureSet, FusedForwards | None], tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]
+    [TokenSequence, ForwardPlan, FusedForwards | None], tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]
 ]
 
 
@@ -61,7 +62,8 @@ class BitChecks:
         return self._fused if self._fusion_checked[backend] else None
 
     def _fusion_keeps_bits(self, fused: FusedForwards) -> bool:
-        every_layer = FeatureSet(layers=[*range(self.loaded.num_layers), FINAL_NORM])
+        layers = self.loaded.num_layers
+        every_layer = ForwardPlan.of(FeatureSet(layers=[*range(layers), FINAL_NORM]), layers)
         for probe in self._probes((300, 1000)):
             eager, _, _ = self.forward(probe, every_layer, None)
             with_fusion, _, _ = self.forward(probe, every_layer, fused)

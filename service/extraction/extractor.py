@@ -16,12 +16,11 @@ from typing import Literal
 import torch
 import transformers
 
-from compute import fp8
-from compute.forward import capture, chunked_heads, decoder_layers_run
+from compute.forward import ForwardPlan
 from schemas.backend import PINNED_ATTENTION, SPECS, AttentionKernel, Backend, Fingerprint
 from schemas.batching import ONE_PER_FORWARD, PackPolicy
 from schemas.featureset import FeatureSet
-from schemas.manifest import HIDDEN_SCALES, HIDDEN_STATES
+from schemas.manifest import HIDDEN_STATES
 from service.extraction.bit_checks import BitChecks, TokenSequence
 from service.extraction.layer_graphs import LayerGraphs, LayerRecorder
 from service.extraction.own_rows import PackRows, own_rows
@@ -141,6 +140,7 @@ class Extractor:
         loaded = self.loaded
         pack = self.pack_policy if pack == "default" else pack
         attention = self.attention_kernel if attention == "default" else attention
+        plan = ForwardPlan.of(featureset, len(loaded.body.layers))
         with self._lock, self._on_device(), torch.inference_mode(), loaded.kernels.running(backend) as run:
             fused = self.checks.fusion(backend)
             sequences = [self._complete(encoded) for encoded, _ in items]
@@ -148,21 +148,19 @@ class Extractor:
             if pack is not None:
                 fingerprint = self.fingerprint(backend, fused is not None, pack, attention)
                 for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
-                    hidden, normed, ids = self._forward_pack(
-                        planned, sequences, featureset, fused, pack, backend, attention
-                    )
+                    hidden, normed, ids = self._forward_pack(planned, sequences, plan, fused, pack, backend, attention)
                     run.verify()
-                    staged = self._stage(hidden, planned, featureset)
+                    staged = self._stage(hidden, planned, plan)
                     for segment in planned.segments:
                         seq = sequences[segment.index]
                         rows = slice(segment.start, segment.start + segment.length)
-                        heads = self._heads(normed[0, rows], featureset) if normed is not None else {}
+                        heads = self._heads(plan, normed[0, rows] if normed is not None else None)
                         finished = self._finish(
                             seq,
                             hidden[0, rows],
                             ids[0, rows],
                             heads,
-                            featureset,
+                            plan,
                             fingerprint,
                             items[segment.index][1],
                             forward,
@@ -173,10 +171,10 @@ class Extractor:
             fingerprint = self.fingerprint(backend, fused is not None, attention=attention)
             longest_first = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i].ids), i))
             for forward, index in enumerate(longest_first):
-                hidden, heads, ids = self._forward(sequences[index], featureset, fused, attention)
+                hidden, heads, ids = self._forward(sequences[index], plan, fused, attention)
                 run.verify()  # nothing leaves this function labelled with kernels that did not run
                 seq = sequences[index]
-                yield index, self._finish(seq, hidden, ids, heads, featureset, fingerprint, items[index][1], forward)
+                yield index, self._finish(seq, hidden, ids, heads, plan, fingerprint, items[index][1], forward)
 
     def fusion_keeps_bits(self, backend: Backend) -> bool:
         """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
@@ -206,7 +204,7 @@ class Extractor:
         self,
         pack: Pack,
         sequences: list[TokenSequence],
-        featureset: FeatureSet,
+        plan: ForwardPlan,
         fused: FusedForwards | None,
         policy: PackPolicy,
         backend: Backend,
@@ -219,45 +217,44 @@ class Extractor:
         rows = PackRows([(s.start, s.start + s.length) for s in pack.segments], pack.shape) if policy.own_rows else None
         graphs = self._layer_graphs() if rows is not None else None
         templates = graphs.templates if graphs is not None else []  # run as the layers they stand in for
-        last = decoder_layers_run(featureset, len(self.loaded.body.layers)) - 1
         with (
             fused.applied(rows, templates) if fused is not None else contextlib.nullcontext(),
             own_rows([self.loaded.body, *templates], rows, fused) if rows is not None else contextlib.nullcontext(),
             per_sequence(self.loaded.kernels.module, pack, policy, SPECS[backend].fast),
-            graphs.routed(last) if graphs is not None else contextlib.nullcontext(),
+            graphs.routed(plan.layers_run - 1) if graphs is not None else contextlib.nullcontext(),
         ):
-            return (*capture(self.loaded.body, ids, featureset, attention, **inputs), ids)
+            return (*plan.capture(self.loaded.body, ids, attention, **inputs), ids)
 
-    def _stage(self, hidden: torch.Tensor, pack: Pack, featureset: FeatureSet) -> torch.Tensor | None:
+    def _stage(self, hidden: torch.Tensor, pack: Pack, plan: ForwardPlan) -> torch.Tensor | None:
         """A pack's captured layers on their way to host memory in one copy, into a pinned block of the pack's fixed
         size, which the pinned-memory cache hands out again for every later pack: entries of many lengths each in a
         block of its own made the cache pin new memory on the extracting thread (the GPU waited) and cost a copy each.
         None (each entry copied alone) where there is no copy stream, for fp8 (quantised per entry), and for a pack
         that is mostly filler (an audit's lone sequence would hold a whole pack's block)."""
         real = sum(segment.length for segment in pack.segments)
-        if self._copy_stream is None or featureset.dtype == "float8_e4m3fn" or 2 * real < pack.shape:
+        if self._copy_stream is None or plan.quantised or 2 * real < pack.shape:
             return None
         host, _ = self._to_host({HIDDEN_STATES: hidden})
         return host[HIDDEN_STATES]
 
-    def _heads(self, normed: torch.Tensor, featureset: FeatureSet) -> dict[str, torch.Tensor]:
-        return chunked_heads(self.loaded.model.get_output_embeddings(), normed, featureset)
+    def _heads(self, plan: ForwardPlan, normed: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        return plan.heads(self.loaded.model.get_output_embeddings(), normed)
 
     def _forward(
         self,
         seq: TokenSequence,
-        featureset: FeatureSet,
+        plan: ForwardPlan,
         fused: FusedForwards | None = None,
         attention: AttentionKernel | None = PINNED_ATTENTION,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """[T, n_layers, H] hidden states of one sequence alone, what the featureset takes from its logits
-        (`chunked_heads`; empty when it takes nothing), and its token ids [T] on the device."""
+        (empty when it takes nothing), and its token ids [T] on the device."""
         staged = torch.tensor([seq.ids], dtype=torch.long, pin_memory=self._copy_stream is not None)
         # from pinned memory without blocking: the thread never waits for the GPU between sequences
         ids = staged.to(self.loaded.device, non_blocking=True)
         with fused.applied() if fused is not None else contextlib.nullcontext():
-            hidden, normed = capture(self.loaded.body, ids, featureset, attention)
-        return hidden[0], self._heads(normed[0], featureset) if normed is not None else {}, ids[0]
+            hidden, normed = plan.capture(self.loaded.body, ids, attention)
+        return hidden[0], self._heads(plan, normed[0] if normed is not None else None), ids[0]
 
     def _finish(
         self,
@@ -265,7 +262,7 @@ class Extractor:
         hidden: torch.Tensor,
         ids: torch.Tensor,
         heads: dict[str, torch.Tensor],
-        featureset: FeatureSet,
+        plan: ForwardPlan,
         fingerprint: Fingerprint,
         label: str,
         forward: int,
@@ -275,10 +272,8 @@ class Extractor:
         runs in order, so this entry's event, recorded after its own copies, also marks that copy done."""
         length = len(seq.ids)
         device_tensors: dict[str, torch.Tensor] = {**heads, _SUMMARY: layer_summary(hidden, ids)}  # what ran
-        if featureset.dtype == "float8_e4m3fn":
-            device_tensors[HIDDEN_STATES], device_tensors[HIDDEN_SCALES] = fp8.quantise(hidden)
-        elif staged is None:
-            device_tensors[HIDDEN_STATES] = hidden
+        if staged is None:
+            device_tensors.update(plan.stored(hidden))
         host, done = self._to_host(device_tensors)
         summary = host.pop(_SUMMARY)
         if staged is not None:
@@ -289,7 +284,7 @@ class Extractor:
             mask[seq.prompt_tokens :] = 1
             host["loss_mask"] = mask
         labels = Labels(
-            list(featureset.layers),
+            list(plan.layers),
             label,
             fingerprint,
             seq.prompt_tokens,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from compute.forward import capture
+from compute.forward import ForwardPlan
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from service.model.fused import FusedForwards, kernel_mismatches
@@ -42,7 +42,8 @@ def test_fused_forward_keeps_every_layers_bits_on_the_27b_shape(shaped_27b: Load
 
     fused = FusedForwards.for_model(shaped_27b.model, shaped_27b.device)
     assert fused is not None
-    every_layer = FeatureSet(layers=[*range(shaped_27b.num_layers), "final_norm"])
+    layers = shaped_27b.num_layers
+    every_layer = ForwardPlan.of(FeatureSet(layers=[*range(layers), "final_norm"]), layers)
     generator = torch.Generator().manual_seed(2)
     originals = {name: getattr(fused_kernels, name) for name in ("gated_tail", "rms_tail")}
     calls = dict.fromkeys(originals, 0)
@@ -60,9 +61,9 @@ def test_fused_forward_keeps_every_layers_bits_on_the_27b_shape(shaped_27b: Load
         with torch.inference_mode(), shaped_27b.kernels.running(backend):
             for length in (1, 77, 2048, 5000):
                 ids = torch.randint(0, 248000, (1, length), generator=generator).cuda()
-                eager, _ = capture(shaped_27b.body, ids, every_layer)
+                eager, _ = every_layer.capture(shaped_27b.body, ids)
                 with fused.applied():
-                    with_fusion, _ = capture(shaped_27b.body, ids, every_layer)
+                    with_fusion, _ = every_layer.capture(shaped_27b.body, ids)
                 assert torch.equal(eager, with_fusion), f"{backend.value}, {length} tokens"
     finally:
         for name, original in originals.items():

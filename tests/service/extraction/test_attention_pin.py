@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from compute.forward import capture
+from compute.forward import ForwardPlan
 from schemas.api import ExtractRequest
 from schemas.backend import PINNED_ATTENTION
 from schemas.featureset import FeatureSet
@@ -19,16 +19,17 @@ from service.model.loader import LoadedModel
 from service.settings import Settings
 
 EVERY_LAYER = FeatureSet(layers=list(range(8)))
+PLAN = ForwardPlan.of(EVERY_LAYER, 8)
 
 
 def test_the_pin_holds_whatever_torch_would_pick_and_none_leaves_it_to_torch(tiny_loaded: LoadedModel) -> None:
     ids = torch.randint(0, 200, (1, 37), generator=torch.Generator().manual_seed(3))
     model = tiny_loaded.model
     with torch.inference_mode():
-        pinned, _ = capture(tiny_loaded.body, ids, EVERY_LAYER)
+        pinned, _ = PLAN.capture(tiny_loaded.body, ids)
         with sdpa_kernel(SDPBackend.MATH):
-            pinned_amid_math, _ = capture(tiny_loaded.body, ids, EVERY_LAYER)
-            left_to_torch, _ = capture(tiny_loaded.body, ids, EVERY_LAYER, attention=None)
+            pinned_amid_math, _ = PLAN.capture(tiny_loaded.body, ids)
+            left_to_torch, _ = PLAN.capture(tiny_loaded.body, ids, attention=None)
             own = model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states
     assert torch.equal(pinned_amid_math, pinned)
     # HF's tuple holds layers 0..6 raw (the last is the final norm's output)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from client import FeatureClient
-from compute.forward import capture
+from compute.forward import ForwardPlan
 from schemas.featureset import FeatureSet
 from service.model.loader import LoadedModel
 
@@ -51,7 +51,9 @@ def test_lean_forward_stops_after_the_last_needed_layer(tiny_loaded: LoadedModel
     ]
     try:
         with torch.inference_mode():
-            hidden, normed = capture(tiny_loaded.body, torch.tensor([[5, 6, 7, 8]]), FeatureSet(layers=[1, 3]))
+            hidden, normed = ForwardPlan.of(FeatureSet(layers=[1, 3]), len(tiny_loaded.body.layers)).capture(
+                tiny_loaded.body, torch.tensor([[5, 6, 7, 8]])
+            )
     finally:
         for handle in handles:
             handle.remove()

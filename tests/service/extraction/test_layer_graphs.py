@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compute.forward import capture
+from compute.forward import ForwardPlan
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from service.extraction.layer_graphs import LayerGraphs
@@ -34,11 +34,12 @@ def _ids(n: int) -> torch.Tensor:
 
 
 def _captured(loaded: LoadedModel, featureset: FeatureSet, graphs: LayerGraphs | None, last: int) -> torch.Tensor:
+    plan = ForwardPlan.of(featureset, loaded.num_layers)
     with torch.inference_mode(), loaded.kernels.running(Backend.TORCH):
         if graphs is None:
-            return capture(loaded.body, _ids(77), featureset)[0]
+            return plan.capture(loaded.body, _ids(77))[0]
         with graphs.routed(last):
-            return capture(loaded.body, _ids(77), featureset)[0]
+            return plan.capture(loaded.body, _ids(77))[0]
 
 
 def _no_layer_patched(loaded: LoadedModel) -> bool:

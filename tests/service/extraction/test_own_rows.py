@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from compute.forward import ForwardPlan
 from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
@@ -26,7 +27,7 @@ from service.model.loader import LoadedModel
 from tests.service.model.test_fused import CountingReferenceKernels
 from tests.support.rerun_recorder import RerunRecorder
 
-EVERY_LAYER = FeatureSet(layers=["embed", *range(8), "final_norm"])
+EVERY_LAYER = ForwardPlan.of(FeatureSet(layers=["embed", *range(8), "final_norm"]), 8)  # the tiny models' 8 layers
 # Ops that move or make values without arithmetic whose result could depend on a shape (the embedding is a gather)
 COPIES = frozenset(
     {

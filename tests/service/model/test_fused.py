@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compute.forward import capture
+from compute.forward import ForwardPlan
 from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
@@ -50,13 +50,14 @@ class CountingReferenceKernels:
 def test_fused_forwards_keep_every_layers_bits(tiny_loaded: LoadedModel) -> None:
     kernels = CountingReferenceKernels()
     fused = FusedForwards(tiny_loaded.model, kernels)
-    every_layer = FeatureSet(layers=[*range(tiny_loaded.num_layers), "final_norm"])
+    layers = tiny_loaded.num_layers
+    every_layer = ForwardPlan.of(FeatureSet(layers=[*range(layers), "final_norm"]), layers)
     ids = torch.randint(0, int(tiny_loaded.config.vocab_size), (1, 97), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
-        eager, _ = capture(tiny_loaded.body, ids, every_layer)
+        eager, _ = every_layer.capture(tiny_loaded.body, ids)
         with fused.applied():
-            with_fusion, _ = capture(tiny_loaded.body, ids, every_layer)
-        after, _ = capture(tiny_loaded.body, ids, every_layer)
+            with_fusion, _ = every_layer.capture(tiny_loaded.body, ids)
+        after, _ = every_layer.capture(tiny_loaded.body, ids)
     assert torch.equal(eager, with_fusion)
     assert torch.equal(eager, after)  # the eager forwards are back after the block
     layers = tiny_loaded.num_layers
@@ -70,18 +71,18 @@ def test_fused_forwards_keep_every_layers_bits(tiny_loaded: LoadedModel) -> None
 
 def test_a_norm_weight_changed_in_place_is_used_at_the_next_call(tiny_loaded: LoadedModel) -> None:
     fused = FusedForwards(tiny_loaded.model, CountingReferenceKernels())
-    norm, final_norm = tiny_loaded.body.norm, FeatureSet(layers=["final_norm"])
+    norm, final_norm = tiny_loaded.body.norm, ForwardPlan.of(FeatureSet(layers=["final_norm"]), tiny_loaded.num_layers)
     ids = torch.randint(0, int(tiny_loaded.config.vocab_size), (1, 33), generator=torch.Generator().manual_seed(3))
     original = norm.weight.detach().clone()
     try:
         with torch.inference_mode(), fused.applied():
-            before, _ = capture(tiny_loaded.body, ids, final_norm)
+            before, _ = final_norm.capture(tiny_loaded.body, ids)
         with torch.no_grad():
             norm.weight.add_(0.5)
         with torch.inference_mode():
-            eager, _ = capture(tiny_loaded.body, ids, final_norm)
+            eager, _ = final_norm.capture(tiny_loaded.body, ids)
             with fused.applied():
-                after, _ = capture(tiny_loaded.body, ids, final_norm)
+                after, _ = final_norm.capture(tiny_loaded.body, ids)
     finally:
         with torch.no_grad():
             norm.weight.copy_(original)
