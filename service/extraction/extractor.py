@@ -2,7 +2,7 @@
 
 Batches run on the calling thread, which never waits for the GPU: token ids go up from pinned memory, and each
 result's tensors and layer summary come down on a side stream into pinned memory, so the next forward overlaps the
-copy, and the caller's writer threads (which wait for it) overlap hashing, compression and writing.
+copy (`host_copies.py`), and the caller's writer threads (which wait for it) overlap hashing, compression and writing.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from schemas.batching import ONE_PER_FORWARD, PackPolicy
 from schemas.featureset import FeatureSet
 from schemas.manifest import HIDDEN_STATES
 from service.extraction.bit_checks import BitChecks, TokenSequence
+from service.extraction.host_copies import HostCopies
 from service.extraction.layer_graphs import LayerGraphs, LayerRecorder
 from service.extraction.own_rows import PackRows, own_rows
 from service.extraction.packing import Pack, pack_inputs, per_sequence, plan_packs
@@ -60,7 +61,7 @@ class Extractor:
         self.recorder = recorder
         self.graphs: LayerGraphs | None = None  # made at the first pack: its templates hold a layer of each kind
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
-        self._copy_stream = torch.cuda.Stream(loaded.device) if loaded.device.type == "cuda" else None
+        self.copies = HostCopies(loaded.device)
         self.checks = BitChecks(loaded, self._forward, fuse)  # which faster ways of running keep the bits, here
 
     @property
@@ -147,10 +148,11 @@ class Extractor:
             run.verify()
             if pack is not None:
                 fingerprint = self.fingerprint(backend, fused is not None, pack, attention)
+                fast = SPECS[backend].fast
                 for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
-                    hidden, normed, ids = self._forward_pack(planned, sequences, plan, fused, pack, backend, attention)
+                    hidden, normed, ids = self._forward_pack(planned, sequences, plan, fused, pack, fast, attention)
                     run.verify()
-                    staged = self._stage(hidden, planned, plan)
+                    staged = self.copies.of_pack(hidden, planned, plan)
                     for segment in planned.segments:
                         seq = sequences[segment.index]
                         rows = slice(segment.start, segment.start + segment.length)
@@ -207,12 +209,12 @@ class Extractor:
         plan: ForwardPlan,
         fused: FusedForwards | None,
         policy: PackPolicy,
-        backend: Backend,
+        fast: frozenset[str],
         attention: AttentionKernel | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """[1, shape, n_layers, H] hidden states of one pack, the final norm's output when logits are needed, and
-        the pack's token ids [1, shape] on the device."""
-        inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self._copy_stream is not None)
+        the pack's token ids [1, shape] on the device. `fast`: the kernel roles the backend runs fast."""
+        inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self.copies.pinned)
         ids = inputs.pop("input_ids")
         rows = PackRows([(s.start, s.start + s.length) for s in pack.segments], pack.shape) if policy.own_rows else None
         graphs = self._layer_graphs() if rows is not None else None
@@ -220,22 +222,10 @@ class Extractor:
         with (
             fused.applied(rows, templates) if fused is not None else contextlib.nullcontext(),
             own_rows([self.loaded.body, *templates], rows, fused) if rows is not None else contextlib.nullcontext(),
-            per_sequence(self.loaded.kernels.module, pack, policy, SPECS[backend].fast),
+            per_sequence(self.loaded.kernels.module, pack, policy, fast),
             graphs.routed(plan.layers_run - 1) if graphs is not None else contextlib.nullcontext(),
         ):
             return (*plan.capture(self.loaded.body, ids, attention, **inputs), ids)
-
-    def _stage(self, hidden: torch.Tensor, pack: Pack, plan: ForwardPlan) -> torch.Tensor | None:
-        """A pack's captured layers on their way to host memory in one copy, into a pinned block of the pack's fixed
-        size, which the pinned-memory cache hands out again for every later pack: entries of many lengths each in a
-        block of its own made the cache pin new memory on the extracting thread (the GPU waited) and cost a copy each.
-        None (each entry copied alone) where there is no copy stream, for fp8 (quantised per entry), and for a pack
-        that is mostly filler (an audit's lone sequence would hold a whole pack's block)."""
-        real = sum(segment.length for segment in pack.segments)
-        if self._copy_stream is None or plan.quantised or 2 * real < pack.shape:
-            return None
-        host, _ = self._to_host({HIDDEN_STATES: hidden})
-        return host[HIDDEN_STATES]
 
     def _heads(self, plan: ForwardPlan, normed: torch.Tensor | None) -> dict[str, torch.Tensor]:
         return plan.heads(self.loaded.model.get_output_embeddings(), normed)
@@ -249,7 +239,7 @@ class Extractor:
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
         """[T, n_layers, H] hidden states of one sequence alone, what the featureset takes from its logits
         (empty when it takes nothing), and its token ids [T] on the device."""
-        staged = torch.tensor([seq.ids], dtype=torch.long, pin_memory=self._copy_stream is not None)
+        staged = torch.tensor([seq.ids], dtype=torch.long, pin_memory=self.copies.pinned)
         # from pinned memory without blocking: the thread never waits for the GPU between sequences
         ids = staged.to(self.loaded.device, non_blocking=True)
         with fused.applied() if fused is not None else contextlib.nullcontext():
@@ -268,13 +258,13 @@ class Extractor:
         forward: int,
         staged: torch.Tensor | None = None,
     ) -> PendingExtraction:
-        """`staged`: the hidden states already on their way to host memory with the pack (`_stage`); the copy stream
-        runs in order, so this entry's event, recorded after its own copies, also marks that copy done."""
+        """`staged`: the hidden states already on their way to host memory with the pack (`HostCopies.of_pack`); the
+        copy stream runs in order, so this entry's event, recorded after its own copies, also marks that copy done."""
         length = len(seq.ids)
         device_tensors: dict[str, torch.Tensor] = {**heads, _SUMMARY: layer_summary(hidden, ids)}  # what ran
         if staged is None:
             device_tensors.update(plan.stored(hidden))
-        host, done = self._to_host(device_tensors)
+        host, done = self.copies.of(device_tensors)
         summary = host.pop(_SUMMARY)
         if staged is not None:
             host[HIDDEN_STATES] = staged
@@ -292,19 +282,3 @@ class Extractor:
             seq.completion_source,
         )
         return PendingExtraction(host, summary, done, labels, forward)
-
-    def _to_host(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.cuda.Event | None]:
-        if self._copy_stream is None:
-            return {name: t.contiguous() for name, t in tensors.items()}, None
-        compute = torch.cuda.current_stream(self.loaded.device)
-        self._copy_stream.wait_stream(compute)
-        host: dict[str, torch.Tensor] = {}
-        with torch.cuda.stream(self._copy_stream):
-            for name, tensor in tensors.items():
-                source = tensor.contiguous()
-                host[name] = torch.empty(source.shape, dtype=source.dtype, pin_memory=True)
-                host[name].copy_(source, non_blocking=True)
-                source.record_stream(self._copy_stream)  # keep the device memory alive until the copy is done
-            done = torch.cuda.Event()
-            done.record(self._copy_stream)
-        return host, done

@@ -106,7 +106,7 @@ def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards
     (pack,) = plan_packs([len(s.ids) for s in sequences], policy)
     packed = _traced(
         tiny_loaded,
-        lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, fused, policy, Backend.TORCH, PINNED_ATTENTION),
+        lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, fused, policy, frozenset(), PINNED_ATTENTION),
     )
     alone: Counter = Counter()
     for seq in sequences:
