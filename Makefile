@@ -20,7 +20,7 @@ test: $(VENV)/.installed
 	scripts/packages-for-tests.sh  # Debian's Prometheus and Chromium, installed if missing (deploy/ and status page tests)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache  # the layering contracts in pyproject.toml
-	$(PY) -m mypy  # the annotations, checked (strict on schemas/; pyproject.toml's [tool.mypy])
+	$(PY) -m mypy  # the annotations, checked (strict on schemas/ and compute/; pyproject.toml's [tool.mypy])
 	$(PY) -m pytest -q -m "not gpu" --durations=25  # the slowest, so CI's time has names
 
 lint: $(VENV)/.installed

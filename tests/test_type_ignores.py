@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("schemas", "service", "client", "hsstore")
+PRODUCT = ("schemas", "compute", "service", "client", "hsstore")
 
 
 def _unexplained() -> list[str]:
