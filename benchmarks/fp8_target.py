@@ -94,7 +94,8 @@ def gemm_time(tokens: int, n: int, k: int) -> dict:
     (activation quantization + block-scaled GEMM), and of that GEMM alone."""
     from torch.nn.functional import linear
 
-    from service.model.fp8_weights import Fp8Linear, _row_quantizer, quantize_rows, quantize_weight
+    from service.model.fp8_activations import _row_quantizer, quantize_rows
+    from service.model.fp8_weights import Fp8Linear, quantize_weight
 
     x = torch.randn(tokens, k, device="cuda", dtype=torch.bfloat16)
     weight = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02

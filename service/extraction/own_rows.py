@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from service.model.fp8_weights import Fp8Linear, PackQuantization
+from service.model.fp8_activations import PackQuantization
+from service.model.fp8_weights import Fp8Linear
 from service.model.fused import FusedForwards
 
 Spans = list[tuple[int, int]]  # each sequence's [start, end) token rows in the pack

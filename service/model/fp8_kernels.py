@@ -1,6 +1,6 @@
 """The activations' FP8 quantization for `Fp8Linear`'s block-scaled GEMM in one pass over memory: per token and
 128 columns, scale = amax / 448, values / scale rounded to e4m3, the scales written token-major as cuBLAS reads them.
-The torch chain it replaces (`fp8_weights.quantize_rows`) reads and writes a float32 copy of the activations five
+The torch chain it replaces (`fp8_activations.quantize_rows`) reads and writes a float32 copy of the activations five
 times, which cost the FP8 GEMM all it saved. The divides are IEEE (`div_rn`) and the conversion rounds to nearest
 even as torch's does, so the bits are the torch chain's (a GPU test holds it).
 
@@ -72,7 +72,7 @@ def quantize_rows(rows: torch.Tensor, padded: int) -> tuple[torch.Tensor, torch.
 def quantize_pack(rows: torch.Tensor, plan: torch.Tensor, scale_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`quantize_rows` for every sequence of a pack in one launch: `rows` [P, K] the pack's, `plan` [P, 4] int32 per
     row (its row in its sequence's padded rows or -1, the sequence's tokens, padded rows and where its scale block
-    begins, in rows of scales: `fp8_weights.PackQuantization`). Each sequence's rows land in its rows of the
+    begins, in rows of scales: `fp8_activations.PackQuantization`). Each sequence's rows land in its rows of the
     e4m3 [P, K] (its padding rows in the filler after it), its scales token-major in a block of their own of the
     float32 [scale_rows * K / 128]; rows of no sequence are left unwritten."""
     p, k = rows.shape

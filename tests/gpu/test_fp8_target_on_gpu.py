@@ -13,7 +13,7 @@ from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from service.main import build_services
-from service.model import fp8_weights
+from service.model import fp8_activations
 from service.model.devmodel import build_devmodel
 from service.model.encode import EncodedPrompt
 from service.model.fp8_weights import Fp8Linear, dequantize_weight, gemm_counts, write_fp8_checkpoint
@@ -67,7 +67,7 @@ def test_the_one_pass_activation_quantizer_gives_the_torch_chain_s_bits(tokens: 
     rows[:, 128:256] = 0  # a group of zeros: the smallest scale, not a division by zero
     rows = rows.to(torch.bfloat16)
     padded = tokens + -tokens % 4
-    chain, kernel = fp8_weights.quantize_rows(rows, padded), fp8_kernels.quantize_rows(rows, padded)
+    chain, kernel = fp8_activations.quantize_rows(rows, padded), fp8_kernels.quantize_rows(rows, padded)
     assert torch.equal(chain[0].view(torch.uint8), kernel[0].view(torch.uint8))
     assert torch.equal(chain[1], kernel[1]) and chain[1].stride() == kernel[1].stride() == (1, padded)
 
@@ -83,7 +83,7 @@ def test_a_pack_quantized_in_one_launch_gives_each_sequence_its_own_quantization
         rows = torch.randn(16384, width, device="cuda", generator=generator) * 8
         rows[2047:2048] = rows[3000:3008] = rows[16383:] = float("nan")  # filler, where padding rows land
         rows = rows.to(torch.bfloat16)
-        layout = fp8_weights.PackQuantization(spans, 16384)
+        layout = fp8_activations.PackQuantization(spans, 16384)
         for (start, end), (values, scales) in zip(spans, layout.quantize(rows), strict=True):
             padded = end - start + -(end - start) % 4
             alone_values, alone_scales = fp8_kernels.quantize_rows(rows[start:end].clone(), padded)

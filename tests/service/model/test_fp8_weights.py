@@ -16,14 +16,12 @@ from schemas.featureset import FeatureSet
 from schemas.model_revision import model_revision
 from service.errors import ModelUnavailable
 from service.main import build_services
+from service.model.fp8_activations import FP8, PackQuantization, quantize_activations
 from service.model.fp8_weights import (
-    FP8,
     Fp8Linear,
     Fp8Scheme,
-    PackQuantization,
     dequantize_weight,
     gemm_counts,
-    quantize_activations,
     quantize_in_place,
     quantize_weight,
     write_fp8_checkpoint,
