@@ -16,11 +16,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from websockets.sync.client import ClientConnection, connect
+
+if TYPE_CHECKING:  # the plugin loads for every test module, the GPU machine's too, which has no websockets
+    from websockets.sync.client import ClientConnection
 
 
 class Page:
@@ -129,6 +131,8 @@ class Browser:
 
     def page(self) -> Page:
         target = httpx.put(f"http://127.0.0.1:{self.port}/json/new?about:blank", timeout=10).json()
+        from websockets.sync.client import connect
+
         socket = connect(target["webSocketDebuggerUrl"], max_size=None, open_timeout=10)
         self._sockets.append(socket)
         return Page(socket)
