@@ -1,9 +1,9 @@
 """The one call a trainer holding the target uses to compute features exactly as a stored entry of that model, backend
 and featureset was computed, in its own process, with no service: the model's own forward of the sequence alone
-(`compute/forward.py`: layer L is decoder layer L's output, full attention on the pinned kernel, the heads in
-chunks of `HEAD_CHUNK` tokens). The
-service gives every sequence those bits in its packs by construction, so on the GPU type and library versions an
-entry's fingerprint names, the tensors are the stored ones bit for bit (`check_backends` compares them).
+(`compute/forward.py`'s `ForwardPlan`: layer L is decoder layer L's output, full attention on the pinned kernel, the
+heads in chunks of `HEAD_CHUNK` tokens), the plan the service's extractor runs. The service gives every sequence
+those bits in its packs by construction, so on the GPU type and library versions an entry's fingerprint names, the
+tensors are the stored ones bit for bit (`check_backends` compares them).
 
     from client import compute_features
     live = compute_features(model, features.input_ids, features.manifest.featureset)
