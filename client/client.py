@@ -208,6 +208,8 @@ class FeatureClient(ServiceCalls):
                         read_exactly(response, batch_frames.FRAME_PREFIX.size)
                     )
                     frame = Exactly(response, length)
+                    if kind == ERROR_FRAME and length > batch_frames.MAX_ERROR_FRAME:
+                        raise IntegrityError(f"an error frame of {length} bytes (an envelope is a few hundred)")
                     if kind == ERROR_FRAME:
                         raise batch_error(index, item, memoryview(read_exactly(frame, length)))
                     if kind not in BY_FRAME_KIND:

@@ -3,13 +3,15 @@ arguments (`prompt` or `prompt_hash`, `featureset` as an object or an id, `layer
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Unpack, overload
 
-from client.errors import InvalidRequestError
+from client.errors import InvalidRequestError, SampleRejectedError
 from schemas.api import FeatureRead, LayersKey
 from schemas.featureset import FeatureSet, LayerId
+from schemas.json_limits import JsonLimitError
 from schemas.keys import FeatureKey, KeyNamingError, KeyParts
+from schemas.prompt_hash import normal_form
 from schemas.tokens import TokenRange
 
 KeyLike = FeatureKey | FeatureRead | Mapping[str, Any]
@@ -54,6 +56,19 @@ def key_of_parts(prompt: Mapping[str, Any] | None = None, **parts: Unpack[KeyPar
         raise
     except ValueError as exc:
         raise InvalidRequestError(str(exc)) from None
+
+
+def samples_to_send(samples: Iterable[Mapping[str, Any]]) -> list[Any]:
+    """Each sample as the JSON the service hashes (its normal form: numpy values as numbers, null members left out),
+    refused here as the service would refuse it when it passes a JSON limit or holds what JSON cannot carry (bytes
+    would otherwise travel as text, and hash as a sample the caller never wrote)."""
+    sent = []
+    for index, sample in enumerate(samples):
+        try:
+            sent.append(normal_form(sample))
+        except JsonLimitError as exc:
+            raise SampleRejectedError(f"samples[{index}]: {exc}") from None
+    return sent
 
 
 @overload

@@ -224,4 +224,7 @@ def receive(
     form: BodyFormat, body: Body, length: int, verify: Verify = "chunks", defer: str | None = None
 ) -> tuple[Features, ReceivedCopy | None]:
     """A features body of `length` bytes in format `form`, verified (`defer`: as `receive_chunks` takes it)."""
-    return RECEIVERS[form](body, length, verify, defer)
+    try:
+        return RECEIVERS[form](body, length, verify, defer)
+    except MemoryError:  # a length or a shape no host holds: what a damaged frame prefix or manifest declares
+        raise IntegrityError(f"a {length}-byte features body declares more than this host can hold") from None

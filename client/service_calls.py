@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Unpack
 
-from client.keys import featureset_of, key_of_parts, part_of_parts
+from client.keys import featureset_of, key_of_parts, part_of_parts, samples_to_send
 from client.transport import Transport
 from schemas import safetensors_body
 from schemas.api import (
@@ -140,7 +140,7 @@ class ServiceCalls:
         so); by default only this featureset's own entry does."""
         chosen = {"backend": backend} if backend is not None else {}
         request = ExtractRequest(
-            samples=[dict(s) for s in samples],
+            samples=samples_to_send(samples),
             featureset=featureset_of(featureset),
             force=force,
             existing=Existing(existing),
@@ -161,7 +161,7 @@ class ServiceCalls:
         `recipes` instead of a featureset: the report is for their union, extracted once, and `report.recipes`
         says what each would take on its own."""
         request = EstimateRequest(
-            samples=[dict(s) for s in samples],
+            samples=samples_to_send(samples),
             featureset=featureset_of(featureset),
             recipes=[featureset_of(r) for r in recipes] if recipes is not None else None,
             backends=list(backends),
@@ -205,7 +205,7 @@ class ServiceCalls:
             response = self._transport.request("POST", "/v1/jobs", content=jsonl, params=params, headers=headers)
         else:
             request = JobRequest(
-                samples=[dict(s) for s in samples or []],
+                samples=samples_to_send(samples or []),
                 backends=list(backends),
                 featureset=featureset,
                 completion=completion,

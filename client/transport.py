@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from json import dumps, loads
+from json import dumps
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -24,6 +24,7 @@ from client.errors import (
 )
 from schemas.api import FeatureRead
 from schemas.errors import ERROR_HEADER, ErrorCode
+from schemas.json_limits import load_json
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -130,7 +131,7 @@ class Transport:
 
     def error(self, response: httpx.Response) -> HsstoreError:
         try:
-            detail = response.json()["error"]
+            detail = load_json(response.content, "the error body")["error"]
             return error_for(response.status_code, detail["code"], str(detail["message"]))
         except (ValueError, KeyError, TypeError):
             return self.not_hsstore(response)
@@ -147,7 +148,7 @@ class Transport:
 def batch_error(index: int, item: FeatureRead, body: memoryview) -> HsstoreError:
     """The error a batch frame carries, naming the key it was for."""
     try:
-        detail = loads(bytes(body))["error"]
+        detail = load_json(bytes(body), "the error frame")["error"]
         code, message = detail["code"], str(detail["message"])
     except (ValueError, KeyError, TypeError):
         return IntegrityError(f"keys[{index}]: a malformed error frame")

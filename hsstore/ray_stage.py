@@ -110,18 +110,26 @@ def _schema() -> pa.Schema:
 
 def _place(sample: dict[str, Any]) -> str:
     """How an error names a row: by its `id` label, else by its prompt hash (a batch's positions are Ray's)."""
-    label = normal_form(sample).get("id")
+    label = _label(sample)
     if label is not None:
-        return f"row id {str(label)!r}"
+        return f"row id {label!r}"
     try:
         return f"row with prompt_hash {prompt_hash(sample)[:12]}"
-    except (TypeError, ValueError):  # not JSON at all: the error itself says what is wrong
+    except ValueError:  # past a JSON limit, or not JSON at all: the error itself says what is wrong
         return "row"
 
 
+def _label(sample: dict[str, Any]) -> str | None:
+    """The row's `id` label as text, if it has one (a row past a JSON limit has none that can be read)."""
+    try:
+        label = normal_form(sample).get("id")
+    except ValueError:
+        return None
+    return None if label is None else str(label)
+
+
 def _row(sample: dict[str, Any], outcome: ExtractResult | str) -> dict[str, Any]:
-    label = normal_form(sample).get("id")
-    sample_id = None if label is None else str(label)
+    sample_id = _label(sample)
     if isinstance(outcome, str):
         return {"sample_id": sample_id, "status": FAILED, "error": outcome}
     manifest = outcome.manifest

@@ -12,6 +12,7 @@ from schemas.http import BY_FRAME_KIND, ERROR_FRAME, MalformedBody
 # or the error envelope `{"error": {"code", "message"}}` as JSON (ERROR_FRAME) for a key that could not be served
 # once the response had begun; the other frames still arrive.
 FRAME_PREFIX = struct.Struct("<QB")
+MAX_ERROR_FRAME = 1 << 20  # an envelope is a few hundred bytes: a reader trusts no larger length for one
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import BinaryIO
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.json_limits import load_json
 from schemas.keys import WIRE_NAMED, FeatureKey, FeaturesetId
 
 MAGIC, VERSION = b"HSDS", 1
@@ -157,7 +157,7 @@ def header_size(start: bytes) -> int:
 def read_header(head: bytes) -> DatasetHeader:
     """The header of an index whose first `header_size` bytes are `head`."""
     try:
-        return DatasetHeader.model_validate(json.loads(head[_PREFIX.size :]))
+        return DatasetHeader.model_validate(load_json(head[_PREFIX.size :], "the header"))
     except ValueError as exc:
         raise DatasetError(f"a malformed dataset header: {exc}") from None
 
@@ -174,7 +174,7 @@ def decode(data: bytes | memoryview, expected_id: str | None = None) -> DatasetI
     if magic != MAGIC or version != VERSION or _PREFIX.size + size > view.nbytes:
         raise DatasetError("not a dataset index of version 1")
     try:
-        header = DatasetHeader.model_validate(json.loads(bytes(view[_PREFIX.size : _PREFIX.size + size])))
+        header = DatasetHeader.model_validate(load_json(bytes(view[_PREFIX.size : _PREFIX.size + size]), "the header"))
     except ValueError as exc:
         raise DatasetError(f"a malformed dataset header: {exc}") from None
     body = view[_PREFIX.size + size :]

@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from schemas.json_limits import SAMPLE_LIMITS, JsonLimitError, load_json
+
 
 class JsonlError(ValueError):
     """A line that is not a JSON object; the message names the source and the line number."""
@@ -34,11 +36,11 @@ def iter_jsonl(data: bytes | str, source: str) -> Iterator[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = load_json(line, "the line", SAMPLE_LIMITS.depth)
         except json.JSONDecodeError as exc:
             raise JsonlError(source, number, f"not JSON ({exc.msg} at column {exc.colno})") from None
-        except RecursionError:
-            raise JsonlError(source, number, "JSON nested too deeply") from None
+        except JsonLimitError as exc:
+            raise JsonlError(source, number, str(exc)) from None
         if not isinstance(value, dict):
             raise JsonlError(source, number, f"a sample is a JSON object, got {_kind(value)}")
         found = True

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from schemas.featureset import LayerId
 from schemas.http import MalformedBody
+from schemas.json_limits import load_json
 from schemas.tensors import DTYPES, SAFETENSORS_TO_DTYPE, RawTensor, TensorLayout
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -73,7 +74,7 @@ def covers_whole(
 def parse_served(metadata: Mapping[str, str]) -> ServedPart:
     """The `served` header metadata; MalformedBody if it is missing or malformed."""
     try:
-        served = json.loads(metadata["served"])
+        served = load_json(metadata["served"], "served metadata")
         start, stop = served["tokens"]
         return ServedPart(list(served["layers"]), (int(start), int(stop)), str(served["content_hash"]))
     except (KeyError, TypeError, ValueError) as exc:
@@ -102,19 +103,21 @@ def decode(body: bytes | bytearray | memoryview | mmap.mmap) -> Decoded:
     if header_len > MAX_HEADER_BYTES or 8 + header_len > view.nbytes:
         raise MalformedBody(f"header length {header_len} does not fit a {view.nbytes}-byte body")
     try:
-        header = json.loads(bytes(view[8 : 8 + header_len]))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MalformedBody(f"header is not JSON: {exc}") from None
+        header = load_json(bytes(view[8 : 8 + header_len]), "the header")
+    except ValueError as exc:  # not UTF-8, not JSON, or past a limit (schemas/json_limits.py)
+        raise MalformedBody(f"header is not JSON within the limits: {exc}") from None
     if not isinstance(header, dict):
         raise MalformedBody("header is not a JSON object")
     metadata = header.pop("__metadata__", {}) or {}
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise MalformedBody("header __metadata__ is not an object of strings")
     data = view[8 + header_len :]
     tensors: dict[str, RawTensor] = {}
     for name, info in header.items():
         try:
-            start, end = info["data_offsets"]
+            start, end = (_offset(o) for o in info["data_offsets"])
             dtype = SAFETENSORS_TO_DTYPE[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
+            shape = tuple(_offset(d) for d in info["shape"])
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedBody(f"tensor {name!r} has a malformed header entry: {exc!r}") from None
         if not 0 <= start <= end <= data.nbytes:
@@ -123,4 +126,11 @@ def decode(body: bytes | bytearray | memoryview | mmap.mmap) -> Decoded:
             tensors[name] = RawTensor(name, dtype, shape, data[start:end])
         except ValueError as exc:
             raise MalformedBody(str(exc)) from None
-    return Decoded(tensors=tensors, metadata={str(k): str(v) for k, v in metadata.items()})
+    return Decoded(tensors=tensors, metadata=metadata)
+
+
+def _offset(value: object) -> int:
+    """A header's offset or dimension: a JSON integer, never a bool, a float or a string that looks like one."""
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{value!r} is not a non-negative integer")
+    return value

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from schemas.json_limits import JsonLimitError
 from schemas.prompt_hash import canonical_json, identity_hash, normal_form, unlabelled
 from schemas.validation import describe_errors, exactly_one_of
 
@@ -115,16 +116,12 @@ def parse_sample(raw: Any, index: int | None = None) -> ParsedSample:
     """Validate one sample; raise InvalidSampleError with a readable reason."""
     if not isinstance(raw, Mapping):
         raise InvalidSampleError(f"a sample is a JSON object, got {type(raw).__name__}", index)
-    normal: dict[str, Any] = normal_form(raw)  # once: a job of 10^6 samples parses each twice
+    try:
+        normal: dict[str, Any] = normal_form(raw)  # once: a job of 10^6 samples parses each twice
+    except JsonLimitError as exc:
+        raise InvalidSampleError(str(exc), index) from None
     identity = unlabelled(normal)
-    try:  # the identity is UTF-8 JSON: a string with a lone surrogate (`"\ud83d"`) has no such form
-        canonical = canonical_json(identity)
-        if isinstance(label := normal.get("id"), str):
-            label.encode("utf-8")  # nor has a label holding one
-    except UnicodeEncodeError:
-        raise InvalidSampleError("a string holds a lone UTF-16 surrogate, which is not valid Unicode", index) from None
-    except TypeError as exc:  # a Python caller's object JSON has no form for (a set, bytes)
-        raise InvalidSampleError(f"a sample holds a value JSON cannot carry: {exc}", index) from None
+    canonical = canonical_json(identity)  # total now: the normal form holds only what JSON's UTF-8 text carries
     try:
         sample = Sample.model_validate(normal)
     except ValidationError as exc:

@@ -138,9 +138,10 @@ def build_services(
         raise ValueError("read_only: a service with a model extracts and so writes; give read_only only to replicas")
     check_data_dir(settings.data_dir, create=not read_only)
     # before the service's threads start: an arena bound holds for arenas made after it
-    log.info("heap: %s", bound_heap(settings.heap_bounded))
+    heap = bound_heap(settings.heap_bounded)
     database, versions, job_store, kv = build_catalog(settings, read_only)
     store = build_store(settings, read_only)
+    log.info("heap: %s", heap)  # once the catalog and the store opened: a start that fails says one line, its error
     windows = Windows(settings.windows, kv, settings.windows_enforced, settings.window_margin_s)
     metrics = Metrics()
     models = build_models(

@@ -50,6 +50,7 @@ _HTTP_CODES = {
     405: ErrorCode.METHOD_NOT_ALLOWED,
     413: ErrorCode.TOO_LARGE,
     415: ErrorCode.UNSUPPORTED_MEDIA,
+    422: ErrorCode.INVALID_REQUEST,  # a body past a JSON limit (service/api/bounded_json.py)
 }
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.bounded_json import resource_router
 from service.api.deps import MetricsDep
 from service.catalog.protocol import StoreTallies
 from service.metrics import Metrics
@@ -92,7 +93,7 @@ class MetricsMiddleware:
             self.metrics.bytes_sent.labels(route).inc(sent[0])
 
 
-router = APIRouter(tags=["metrics"])
+router = resource_router("metrics")
 
 
 @router.get("/metrics", include_in_schema=False)

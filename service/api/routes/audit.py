@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from schemas.checks_api import AuditReport, AuditRequest
+from service.api.bounded_json import resource_router
 from service.api.deps import AuditorDep, WriteScope
 from service.api.openapi import errors
 from service.api.queries import check_backend
 
-router = APIRouter(tags=["audit"])
+router = resource_router("audit")
 
 
 @router.post(

@@ -2,16 +2,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 
 from schemas.backend import STORED_BACKENDS
 from schemas.checks_api import CompareReport
+from service.api.bounded_json import resource_router
 from service.api.deps import AuditorDep, ReadScope, Scope, SettingsDep
 from service.api.openapi import errors
 from service.api.queries import KeyQueryDep, check_backend
 from service.errors import InvalidRequest
 
-router = APIRouter(tags=["compare"])
+router = resource_router("compare")
 
 
 def _backend(value: str, name: str) -> str:

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 from fastapi.responses import StreamingResponse
 
 from schemas import datasets
 from schemas.api import DatasetInfo, DatasetRequest
+from service.api.bounded_json import resource_router
 from service.api.deps import DatasetsDep, ReadScope, WriteScope
 from service.api.openapi import binary, errors
 
-router = APIRouter(tags=["datasets"])
+router = resource_router("datasets")
 
 
 @router.post(

@@ -3,18 +3,19 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import Depends, Query, Response
 
 from schemas import keys, timestamps
 from schemas.api import EntriesPage, KeysPage
 from schemas.backend import STORED_BACKENDS
 from schemas.keys import EntryFilter
+from service.api.bounded_json import resource_router
 from service.api.deps import ReaderDep, ReadScope
 from service.api.openapi import errors
 from service.api.queries import Cursor, check_backend, check_featureset, checked
 from service.errors import InvalidRequest
 
-router = APIRouter(tags=["entries"])
+router = resource_router("entries")
 
 
 def _since(value: str | None) -> str | None:

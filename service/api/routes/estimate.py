@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from schemas.estimates import EstimateReport, EstimateRequest
+from service.api.bounded_json import resource_router
 from service.api.deps import EstimatorDep, ReadScope
 from service.api.openapi import errors
 
-router = APIRouter(tags=["estimate"])
+router = resource_router("estimate")
 
 
 @router.post(

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from schemas.api import ExtractRequest, ExtractResponse
+from service.api.bounded_json import resource_router
 from service.api.deps import WriterDep, WriteScope
 from service.api.openapi import errors
 
-router = APIRouter(tags=["extract"])
+router = resource_router("extract")
 
 
 @router.post(

@@ -3,13 +3,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 from starlette.concurrency import run_in_threadpool
 
 from schemas import batch_frames, chunk_body
 from schemas.api import BatchRequest, FeatureRead
 from schemas.http import BODY_FORMATS, ERROR_FRAME, FRAMES_MEDIA_TYPE
 from schemas.manifest import Manifest
+from service.api.bounded_json import resource_router
 from service.api.deps import ReaderDep, ReadScope, SettingsDep
 from service.api.error_handlers import error_frame
 from service.api.openapi import binary, errors
@@ -18,7 +19,7 @@ from service.api.streaming import slices, stream
 from service.core.read.served import Part
 from service.errors import TooLarge
 
-router = APIRouter(tags=["features"])
+router = resource_router("features")
 
 
 def _key_headers(manifest: Manifest) -> dict[str, str]:

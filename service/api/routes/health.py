@@ -2,16 +2,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from schemas.checks_api import StoreHealth, StoreTally
 from schemas.keys import CURSOR
+from service.api.bounded_json import resource_router
 from service.api.deps import ReadScope, StoreDep, VersionsDep
 from service.api.openapi import errors
 from service.api.queries import Cursor
 from service.errors import InvalidRequest, NotReady
 
-router = APIRouter(tags=["health"])
+router = resource_router("health")
 
 
 @router.get("/healthz", summary="Liveness: the process answers")

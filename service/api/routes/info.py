@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from schemas.api import Info
 from schemas.featureset import FeatureSet
 from service import __version__
+from service.api.bounded_json import resource_router
 from service.api.deps import ModelsDep, ReadScope, SettingsDep, WindowsDep
 from service.api.openapi import errors
 
-router = APIRouter(tags=["info"])
+router = resource_router("info")
 
 
 @router.get(

@@ -2,20 +2,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from schemas.featureset import FeatureDtype, FeatureSet
 from schemas.job_api import JobList, JobOptions, JobRequest, JobStatus, WorkerList
+from schemas.json_limits import load_json
 from schemas.jsonl import JsonlError, iter_jsonl
 from schemas.validation import describe_errors
+from service.api.bounded_json import resource_router
 from service.api.deps import JobsDep, ReadScope, Scope, SettingsDep, WriteScope
 from service.api.openapi import errors, json_body
 from service.errors import InvalidRequest
 from service.jobs.queue import JobQueue
 
-router = APIRouter(tags=["jobs"])
+router = resource_router("jobs")
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
 
 
@@ -61,10 +63,10 @@ async def submit(
             if options.run_now:
                 Scope("admin")(request, settings)
             return await _submit_jsonl(jobs, options, body)
-        job = JobRequest.model_validate_json(body)
+        job = JobRequest.model_validate(load_json(body))  # the one bounded parser every JSON body goes through
     except ValidationError as exc:
         raise InvalidRequest(describe_errors(exc.errors(include_url=False, include_input=False))[:2000]) from None
-    except ValueError as exc:  # JsonlError, a bad layer list or completion policy
+    except ValueError as exc:  # JsonlError, JSON past a limit or not JSON, a bad layer list or completion policy
         raise InvalidRequest(str(exc)[:2000]) from None
     if job.run_now:
         Scope("admin")(request, settings)

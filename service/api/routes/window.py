@@ -1,15 +1,14 @@
 from __future__ import annotations
 
-from fastapi import APIRouter
-
 from schemas.job_api import WindowOpenRequest, WindowState
+from service.api.bounded_json import resource_router
 from service.api.deps import AdminScope, ModelsDep, ReadScope, WindowsDep
 from service.api.openapi import errors
 from service.errors import InvalidRequest
 from service.extraction.extractor import Extractor
 from service.model.manager import ModelManager
 
-router = APIRouter(tags=["window"])
+router = resource_router("window")
 
 
 def _with_gpu(state: WindowState, models: ModelManager[Extractor] | None) -> WindowState:

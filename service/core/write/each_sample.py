@@ -4,7 +4,6 @@ its error's message instead of a result."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ from service.errors import BackendUnavailable, ImplausibleFeatures, InvalidReque
 
 # What refuses one sample, not the host: the batch is then run one by one
 SAMPLE_ERRORS = (InvalidRequest, TooLarge, NonFiniteFeatures, ImplausibleFeatures, BackendUnavailable)
-_ALONE = re.compile(r"^samples\[0\]")  # how a request of one sample names it: a retry's place, not the caller's
+_ALONE = "samples[0]"  # how a request of one sample names it: a retry's place, not the caller's
 
 
 def extract_each(
@@ -50,6 +49,6 @@ def extract_each(
             outcomes.append(run([position])[0])
         except SAMPLE_ERRORS as exc:
             place = places[position] if places is not None else f"samples[{position}]"
-            message, named = _ALONE.subn(place, exc.message)
-            outcomes.append(message if named else f"{place}: {message}")
+            named = exc.message.startswith(_ALONE)  # the retry's own place: the caller's replaces it, as text
+            outcomes.append(place + exc.message.removeprefix(_ALONE) if named else f"{place}: {exc.message}")
     return outcomes

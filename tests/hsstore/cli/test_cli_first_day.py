@@ -174,6 +174,30 @@ def test_serve_on_a_busy_port_says_so_in_one_line_before_loading_anything(tiny_m
     assert "--port" in lines[1] and len(lines) == 2
 
 
+@pytest.mark.parametrize("verb", ["worker", "serve"])
+def test_a_start_that_fails_says_one_line_and_nothing_before_it(
+    verb: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A worker or service given a catalog nobody answers prints its one error line and nothing else (the heap's
+    setting, logged at start, comes only once the catalog and the store opened: a cluster check reads this line)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "hsstore.cli", verb, "--model-dir", str(tiny_model_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "HSSTORE_DATA_DIR": str(tmp_path / "d"),
+            "HSSTORE_DEVICE": "cpu",
+            "HSSTORE_CATALOG_URL": "postgresql://127.0.0.1:1/nothing",
+        },
+    )
+    said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 1 and len(said) == 1, said
+    assert said[0].startswith("error: the catalog at postgresql://127.0.0.1:1/nothing cannot be reached"), said
+
+
 def test_workers_lists_who_holds_which_items_until_when(settings, tiny_loaded, tmp_path: Path, prompts: Path) -> None:
     from service.main import create_app
     from tests.conftest import LiveServer

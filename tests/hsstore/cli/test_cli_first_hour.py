@@ -155,7 +155,7 @@ def test_jsonl_mistakes_are_named_by_file_and_line_and_nothing_is_sent(
             json.dumps({"text": "x", "completion": {"txt": "y"}}),
         ],
         "exactly one of messages, text, token_ids": [good, json.dumps({"id": "x"})],
-        "JSON nested too deeply": [good, "[" * 100_000],
+        "deeper than the limit of 64 levels": [good, "[" * 100_000],
     }
     for words, lines in cases.items():
         path = write_jsonl(tmp_path / "bad.jsonl", lines)

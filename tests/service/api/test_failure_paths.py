@@ -72,7 +72,7 @@ def test_cursors_past_what_a_catalog_counts(counted: Counted, cursor: str) -> No
 def test_a_jsonl_line_nested_beyond_reason(counted: Counted) -> None:
     upload = ("[" * 100_000 + "]" * 100_000).encode()
     response = counted.request("POST", "/v1/jobs", content=upload, headers={"content-type": "application/x-ndjson"})
-    assert "nested too deeply" in assert_envelope(response, 422, "invalid_request")["message"]
+    assert "deeper than the limit of 64 levels" in assert_envelope(response, 422, "invalid_request")["message"]
     body = '{"samples": [' + "[" * 5000 + "]" * 5000 + "]}"
     response = counted.request("POST", "/v1/jobs", content=body, headers={"content-type": "application/json"})
     assert_envelope(response, 422, "invalid_request")
