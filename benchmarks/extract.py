@@ -52,6 +52,7 @@ from compute.forward import attention_pinned
 from schemas.api import ExtractRequest
 from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
+from schemas.device_run import LayerMode
 from schemas.featureset import FeatureSet
 from schemas.keys import FeatureKey
 from schemas.samples import parse_sample
@@ -255,10 +256,12 @@ def main() -> None:
     record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
 
     def e2e(
-        sequences: list[list[int]], subdir: str, writers: int = args.writers, graphs: bool = settings.cuda_graphs
+        sequences: list[list[int]], subdir: str, writers: int = args.writers, graphs: bool | None = None
     ) -> tuple[float, float, dict]:
         """Seconds, peak activations and what else the run saw: GPU idle share and the extracting thread's waits."""
-        update = {"data_dir": store / subdir, "writer_threads": writers, "cuda_graphs": graphs}
+        update = {"data_dir": store / subdir, "writer_threads": writers, "cuda_graphs": settings.cuda_graphs}
+        if graphs is not None:  # None: the settings' own (auto: this GPU model's default)
+            update["cuda_graphs"] = graphs
         run = build_services(settings.model_copy(update=update), loaded)
         run_extractor = run.models.extractor()
         run_extractor.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
@@ -285,11 +288,19 @@ def main() -> None:
         return elapsed, peak_since(base), {"gpu_idle_share": utilization.idle_share, "write_wait_s": waits}
 
     record["cuda_graphs"] = extractor.fingerprint(Backend.FLA, pack=extractor.pack_policy).cuda_graphs
-    default_mode, other_mode = ("replayed", "eager_layers") if settings.cuda_graphs else ("eager_layers", "replayed")
+    run = extractor.device_run(featureset, Backend.FLA)  # the layer mode this GPU model runs by default, and why
+    record["run"] = run.model_dump(mode="json")
+    print(f"run: {record['run']}", flush=True)
+    # the packs that run: the configured shape, or what the memory plan cut it to on this card
+    packs = PackPolicy(run.memory.pack_tokens) if run.memory is not None else extractor.pack_policy
+    record["policy"] = packs.describe() if packs is not None else record["policy"]
+    replays_default = run.layer_mode is LayerMode.REPLAYED
+    default_mode, other_mode = ("replayed", "eager_layers") if replays_default else ("eager_layers", "replayed")
+    other_layers = LayerMode.EAGER if replays_default else LayerMode.REPLAYED
     by_mode = {  # the service's extractor runs the default layer mode, a second one the other
         default_mode: extractor,
         other_mode: Extractor(
-            loaded, settings.fused_elementwise, args.pack_tokens, graph_recorder(loaded, other_mode == "replayed")
+            loaded, settings.fused_elementwise, args.pack_tokens, graph_recorder(loaded, other_layers), "the other"
         ),
     }
     by_mode[other_mode].fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
@@ -315,7 +326,7 @@ def main() -> None:
         sequences = random_ids(lengths, vocab, seed=20 + seed)
         total = sum(lengths)
         record[f"{mix}_tokens"], record[f"{mix}_sequences"] = total, len(lengths)
-        record[f"{mix}_packs"] = fill(lengths, extractor.pack_policy)
+        record[f"{mix}_packs"] = fill(lengths, packs)
         items = [(spec.encode(parse_sample({"token_ids": ids}), 1 << 20), "lean") for ids in sequences]
         # fla's Triton kernels compile and autotune on their first calls (keyed by head shapes, not by length): an
         # untimed pass over sequences of the mix's whole range first, so neither side is charged for tuning
@@ -393,7 +404,7 @@ def main() -> None:
         )
 
     short = lengths_totalling(args.short_tokens, *MIXES["short"], seed=10)
-    first_pack = plan_packs(short, extractor.pack_policy)[0] if extractor.pack_policy else None
+    first_pack = plan_packs(short, packs)[0] if packs else None
     if first_pack is not None:
         ids = random_ids(short, vocab, seed=20)
         pack_items = [

@@ -3,8 +3,10 @@ one GPU at the 27B shape (random weights), 5 DFlash layers, fla, in one process:
 
   identity    per length (1 to 20,000 tokens: multiples of 64 and not, both sides of 8,192 and of a pack's 16,384, and
               one sequence longer than a pack; all extracted together, so they share packs) and layer, the share of
-              values equal to `model(input_ids, output_hidden_states=True)` of the sequence alone, with layer 61's
-              cosine minimum over tokens and largest absolute difference
+              values equal to the model's own forward of the sequence alone (compute/reference.py: transformers'
+              forward to the last stored layer), with layer 61's cosine minimum over tokens and largest difference
+  long        each of `--long` (32,768, 65,536, 131,072) and the longest the card's memory plan holds, alone under the
+              default policy: bit-equal where the card holds it, else the one line it is refused with
   orders      the same sequences extracted again in another order and other company (reversed, in two calls of
               alternate sequences: other packs, other offsets), bit for bit against the first extraction
   throughput  each policy's lean extraction (forwards and the copy to host memory; no hashing or writing) of the two
@@ -31,15 +33,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.extract import MIXES, lengths_totalling, profile_pack, random_ids
 from benchmarks.records import record_header
-from compute.forward import attention_pinned
+from compute.reference import reference_layers
 from compute.tensors import to_torch
 from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
+from service.errors import TooLarge
 from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
+from service.main import build_extractor
 from service.model.encode import EncodedPrompt
+from service.model.loader import LoadedModel
 from service.model.synthetic import build_synthetic
+from service.settings import Settings
 
 LENGTHS = [1, 17, 64, 129, 200, 333, 700, 900, 1500, 1777, 2048, 3001, 4097, 8191, 8192, 8193, 16383, 16384, 20000]
 
@@ -61,11 +67,49 @@ def extracted(extractor: Extractor, items: list, featureset: FeatureSet, pack: P
     return {index: to_torch(next(t for t in p.wait().tensors if t.name == "hidden_states")) for index, p in done}
 
 
-def plain(model: torch.nn.Module, ids: list[int], layers: list[int]) -> torch.Tensor:
-    """The model's own forward of the sequence alone, full attention on the kernel the fingerprint names."""
-    with torch.inference_mode(), attention_pinned(PINNED_ATTENTION):
-        out = model(input_ids=torch.tensor([ids], device="cuda"), output_hidden_states=True, use_cache=False)
-        return torch.stack([out.hidden_states[layer + 1][0] for layer in layers], dim=1).cpu()
+def plain(loaded: LoadedModel, ids: list[int], layers: list[int]) -> torch.Tensor:
+    """The model's own forward of the sequence alone (compute/reference.py: the body to the last stored layer, no
+    logits, so it fits beside the weights at every length extraction takes), full attention on the pinned kernel."""
+    with loaded.kernels.running(Backend.FLA):
+        return reference_layers(loaded.body, ids, layers, PINNED_ATTENTION)
+
+
+def long_contexts(extractor: Extractor, featureset: FeatureSet, layers: list[int], lengths: list[int]) -> dict:
+    """Each long sequence alone under the default policy (packs cut to this card's memory plan): bit-equal to the
+    model's own forward where the card holds it, else the one line the service refuses it with."""
+    vocab = int(extractor.loaded.config.vocab_size)
+    plan = extractor.memory.known(Backend.FLA)
+    longest = plan.longest_sequence(featureset) if plan is not None else None
+    rows = []
+    for n in sorted({*lengths, *([longest] if longest else [])}):
+        ids = random_ids([n], vocab, seed=n)[0]
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            (hidden,) = extracted(extractor, [(encoded(ids), str(n))], featureset, extractor.pack_policy).values()
+        except TooLarge as exc:
+            rows.append({"tokens": n, "refused": exc.message})
+            print(json.dumps(rows[-1]), flush=True)
+            continue
+        peak = torch.cuda.max_memory_allocated() / 1e9
+        reference = plain(extractor.loaded, ids, layers)
+        equal = (hidden.view(torch.int16) == reference.view(torch.int16)).float().mean(dim=(0, 2))
+        rows.append(
+            {
+                "tokens": n,
+                "equal_share_by_layer": {str(layer): float(e) for layer, e in zip(layers, equal, strict=True)},
+                "bit_equal": bool((equal == 1).all()),
+                "peak_allocated_gb": peak,
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+        del hidden, reference
+    taken = [row for row in rows if "refused" not in row]
+    return {
+        "longest_the_plan_holds": longest,
+        "by_length": rows,
+        "all_taken_bit_equal": all(row["bit_equal"] for row in taken),
+        "longest_taken": max((row["tokens"] for row in taken), default=0),
+    }
 
 
 def layout(lengths: list[int], pack_tokens: int) -> list[list[tuple[int, int]]]:
@@ -101,12 +145,17 @@ def identity(extractor: Extractor, featureset: FeatureSet, layers: list[int], pa
     vocab = int(extractor.loaded.config.vocab_size)
     sequences = random_ids(LENGTHS, vocab, seed=7)
     items = [(encoded(ids), str(len(ids))) for ids in sequences]
-    by_policy = {name: extracted(extractor, items, featureset, pack) for name, pack in policies(pack_tokens).items()}
+    by_policy = {}
+    for name, pack in policies(pack_tokens).items():
+        try:
+            by_policy[name] = extracted(extractor, items, featureset, pack)
+        except TooLarge as exc:  # an earlier release's packs (whose rows are their bits) this card does not hold
+            print(f"{name}: {exc.message}", flush=True)
     in_two_orders = orders(extractor, featureset, sequences, by_policy["own-rows packs"], pack_tokens)
     print(json.dumps({"all_bit_equal": in_two_orders["all_bit_equal"]}), flush=True)
     rows = []
     for index, ids in enumerate(sequences):
-        reference = plain(extractor.loaded.model, ids, layers)
+        reference = plain(extractor.loaded, ids, layers)
         row: dict = {"tokens": len(ids)}
         for name, features in by_policy.items():
             hidden = features[index]
@@ -170,6 +219,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup-sequences", type=int, default=24)
     parser.add_argument("--identity-only", action="store_true", help="no throughput or profile")
+    parser.add_argument(
+        "--long", default="32768,65536,131072", help="long contexts, each alone (past the card: refused)"
+    )
     parser.add_argument("--gpu-tests-log", type=Path, help="`pytest -rA` output of the gpu tests, to record")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -180,7 +232,8 @@ def main() -> None:
     featureset = FeatureSet.default_for(args.layers)
     layers = [int(layer) for layer in featureset.layers]
     record["model"] = {"shape": "Qwen3.5-27B", "layers": args.layers, "featureset": featureset.canonical()}
-    extractor = Extractor(loaded, fuse=True, pack_tokens=args.pack_tokens)
+    # as the service builds it: this GPU model's layer mode, its memory plan measured now
+    extractor = build_extractor(Settings(device="cuda", pack_tokens=args.pack_tokens), loaded)
     record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
     record["policies"] = {
         name: (p.describe() if p else "one sequence per forward") for name, p in policies(args.pack_tokens).items()
@@ -188,8 +241,12 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.gpu_tests_log and args.gpu_tests_log.exists():
         record["gpu_tests_log_tail"] = args.gpu_tests_log.read_text().splitlines()[-40:]
+    record["run"] = extractor.device_run(featureset, Backend.FLA).model_dump(mode="json")  # the plan, the layer mode
     record["identity"] = identity(extractor, featureset, layers, args.pack_tokens)
     args.out.write_text(json.dumps(record, indent=2))  # each part as it ends: a run cut short keeps what it measured
+    long = [int(n) for n in args.long.split(",") if n]
+    record["long_contexts"] = long_contexts(extractor, featureset, layers, long)
+    args.out.write_text(json.dumps(record, indent=2))
     if args.identity_only:
         return
     record["throughput"] = throughput(extractor, featureset, args)

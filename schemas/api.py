@@ -7,6 +7,7 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator
 
 from schemas.backend import BackendChoice, StoredBackend, check_backend
+from schemas.device_run import DeviceRun
 from schemas.featureset import FeatureSet, LayerId
 from schemas.keys import (
     CONTENT_HASH,
@@ -112,7 +113,8 @@ class Info(BaseModel):
     default_featureset: FeatureSet | None
     default_featureset_id: str | None
     window: dict[str, Any]
-    limits: dict[str, int]
+    limits: dict[str, int | None]  # max_sample_tokens None: the card's, per featureset (run.memory once loaded)
+    run: DeviceRun | None = None  # how this device runs the model, once it is loaded here
 
 
 class LayersKey(FeatureKey):

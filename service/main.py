@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from prometheus_client.registry import Collector
 
+from schemas.featureset import FeatureSet
 from service import __version__
 from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
@@ -35,12 +36,13 @@ from service.core.trust.verifier import Verifier
 from service.core.write.canary import Canaries
 from service.core.write.content_checks import ContentChecks
 from service.core.write.estimator import Estimator
-from service.core.write.prepare import RequestPreparer
+from service.core.write.prepare import RequestPreparer, sample_tokens_limit
 from service.core.write.recorder import Recorder
 from service.core.write.writer import FeatureWriter
 from service.errors import ConfigError
 from service.extraction.extractor import Extractor
-from service.extraction.layer_graphs import graph_recorder
+from service.extraction.layer_graphs import graph_recorder, layer_mode
+from service.extraction.memory_plan import GIB, ROW_STEP
 from service.host.allocator import bound_heap
 from service.host.handover import HandoverLedger
 from service.host.sglang import SGLangClient
@@ -77,9 +79,7 @@ def build_models(
         loaded = load_weights(spec, settings.attn_implementation, settings.device)
     return ModelManager(
         spec,
-        lambda model: Extractor(
-            model, settings.fused_elementwise, settings.pack_tokens, graph_recorder(model, settings.cuda_graphs)
-        ),
+        lambda model: build_extractor(settings, model),
         build_handover(settings, on_sglang_mismatch),
         HandoverLedger(settings.data_dir / "handover.json"),
         attn_implementation=settings.attn_implementation,
@@ -90,6 +90,23 @@ def build_models(
         on_event=on_event,
         loads_weights=settings.run_jobs or loaded is not None,
     )
+
+
+def build_extractor(settings: Settings, model: LoadedModel) -> Extractor:
+    """The extractor of a loaded model: its layer mode for this device, and on a GPU its memory plan for the default
+    backend worked out now, at load (ConfigError where the card holds no pack of the model's default featureset)."""
+    mode, why = layer_mode(settings.cuda_graphs, model)
+    extractor = Extractor(model, settings.fused_elementwise, settings.pack_tokens, graph_recorder(model, mode), why)
+    log.info("layers: %s (%s)", mode.value, why)
+    _, plan = extractor.prepare(model.spec.resolve_backend(settings.default_backend))
+    featureset = FeatureSet.default_for(model.num_layers)
+    if plan is not None and plan.rows_that_fit(featureset) < ROW_STEP:
+        raise ConfigError(
+            f"pack_tokens: {model.device} has {plan.free / GIB:.1f} GiB free after the weights and a pack needs "
+            f"{plan.per_row * ROW_STEP / GIB:.1f} GiB per {ROW_STEP} rows plus {plan.fixed / GIB:.1f} GiB: no pack "
+            f"of the default featureset fits (free the GPU, or spread the model over more: device=cuda:0,cuda:1)"
+        )
+    return extractor
 
 
 def scraped_collectors(services: Services) -> list[Collector]:
@@ -149,7 +166,7 @@ def build_services(
     )
     gate = ExtractionGate(models, windows)
     spec = models.spec if models is not None else None
-    preparer = RequestPreparer(settings.default_backend, settings.max_sample_tokens)
+    preparer = RequestPreparer(settings.default_backend, sample_tokens_limit(settings.max_sample_tokens, spec))
     reader = FeatureReader(store, versions, settings.verify_reads)
     checks = ContentChecks(
         versions,
@@ -214,7 +231,9 @@ def build_services(
             reader.resolve, versions, store, kv, spool_dir=None if read_only else settings.data_dir / "tmp"
         ),
         estimator=Estimator(spec, preparer, versions, store, job_store, settings.codec),
-        importer=FeatureImporter(recorder, versions, models, checks, spot_checks, settings.max_sample_tokens),
+        importer=FeatureImporter(
+            recorder, versions, models, checks, spot_checks, sample_tokens_limit(settings.max_sample_tokens, spec)
+        ),
         rebuilder=CatalogRebuilder(store, versions),
         queue=JobQueue(job_store, spec, windows, preparer),
         runner=runner,

@@ -78,7 +78,12 @@ class Settings(BaseSettings):
     max_batch_bytes: int = Field(
         default=4 * 1024**3, ge=1024, description="the most one batch response may carry (413 beyond)"
     )
-    max_sample_tokens: int = Field(default=32768, ge=1)
+    max_sample_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="the most tokens one sample may have; unset: on a GPU the longest its memory holds under the "
+        "featureset (the memory plan, /v1/info's run.memory), on a CPU 32,768",
+    )
     chunk_tokens: int = Field(default=256, ge=1, description="inner zarr chunk length along tokens")
     codec: StoreCodec = Field(
         default=DEFAULT_CODEC,
@@ -90,19 +95,21 @@ class Settings(BaseSettings):
         default=16384,
         ge=0,
         description="on CUDA, the token shape of packed forwards (many sequences per forward, each getting the bits "
-        "of the model's own forward of it alone; longer sequences alone in a multiple of it); 0 = off. The CPU never "
-        "packs",
+        "of the model's own forward of it alone; longer sequences alone in a pack of their own length); cut to what "
+        "the card holds where it holds less (the memory plan, /v1/info); 0 = off. The CPU never packs",
     )
     fused_elementwise: bool = Field(
         default=True,
         description="on CUDA, run the norms' and activations' elementwise chains as fused Triton kernels once they "
         "are proven bit-equal to eager on this device; false = always eager",
     )
-    cuda_graphs: bool = Field(
-        default=True,
+    cuda_graphs: bool | Literal["auto"] = Field(
+        default="auto",
         description="on one CUDA device, replay each own-rows pack's decoder layers from CUDA graphs, recorded once "
         "per kind of layer and pack (the kernels and arguments of the eager layers, so their bits): the GPU stays fed "
-        "while the writer threads take the host (docs/measurements.md); false = every layer eagerly",
+        "while the writer threads take the host (docs/measurements.md); false = every layer eagerly; auto = replays on "
+        "the GPU models where they were measured faster end to end (an H200), eager elsewhere (an H100: "
+        "service/extraction/layer_graphs.py's table); /v1/info says which runs and why",
     )
     verify_reads: Verify = Field(
         default="chunks",

@@ -96,13 +96,17 @@ def workers(ctx: typer.Context, as_json: JsonOption = False) -> None:
 
 
 def health(ctx: typer.Context) -> None:
-    """What needs an operator's eye: SGLang's canary after the last window, and every stored entry the content
-    checks flagged as unusual, a scrub found damaged, or an import the model's check found wrong, marked suspect or
-    could not vet (kept current by the service: as quick in a store of 10^7 entries as in one of 10). Exit 1 when
-    anything is listed."""
+    """What needs an operator's eye: a mode this host could not run (layer replays, fused forwards), SGLang's canary
+    after the last window, and every stored entry the content checks flagged as unusual, a scrub found damaged, or an
+    import the model's check found wrong, marked suspect or could not vet (kept current by the service: as quick in a
+    store of 10^7 entries as in one of 10). Exit 1 when anything is listed."""
     with client_of(ctx) as client:
         window = client.window()
         report = client.health(limit=_SHOWN * 3)
+        run = client.info().run
+    degraded = run.degraded if run is not None else {}
+    for mode, why in degraded.items():  # a mode asked for that could not run on this device
+        typer.echo(f"degraded {mode}: {why}")
     tallies = report.tallies
     entries, flagged, damaged, suspect, unchecked = (sum(getattr(t, part) for t in tallies) for part in _COUNTS)
     typer.echo(out.window_line(window))
@@ -121,7 +125,7 @@ def health(ctx: typer.Context) -> None:
         typer.echo(f"  {status} {manifest.prompt_hash[: out.SHORT]} {manifest.backend}: {detail}")
     if suspect:
         typer.echo("  (check them against the model once its weights are here: hsstore audit --imports)")
-    if flagged or damaged or suspect or window.sglang_canary == "mismatch":
+    if flagged or damaged or suspect or degraded or window.sglang_canary == "mismatch":
         raise typer.Exit(1)
 
 

@@ -15,6 +15,7 @@ from typing import get_args
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from schemas.featureset import FeatureSet
 from schemas.states import ItemState, JobState
 from service.catalog.protocol import JobStore
 from service.core.gpu_time.windows import Windows, seconds_left
@@ -61,6 +62,12 @@ class HostCollector(Collector):
             return
         held = self.models.loaded
         yield _gauge("hsstore_gpu_held", "whether the model is loaded (SGLang has given the GPU up)", held)
+        if (extractor := self.models.current) is not None:
+            help_text = "1 for each mode asked for that could not run here (/v1/info's run.degraded says why)"
+            degraded = GaugeMetricFamily("hsstore_degraded", help_text, labels=["mode"])
+            for mode in extractor.device_run(FeatureSet.default_for(self.models.spec.num_layers)).degraded:
+                degraded.add_metric([mode], 1.0)
+            yield degraded
         verdict = self.models.sglang_canary
         if verdict is None:  # no hand-over checked by the canary
             return

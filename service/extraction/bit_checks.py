@@ -61,6 +61,11 @@ class BitChecks:
             self._fusion_checked[backend] = keeps_bits
         return self._fused if self._fusion_checked[backend] else None
 
+    def refusals(self) -> dict[Backend, str]:
+        """The backends under which the fused forwards were asked for but changed bits here, and why not run."""
+        refused = [b for b, keeps in self._fusion_checked.items() if not keeps and self._fused is not None]
+        return {b: "the fused forwards changed bits on this device (their probe)" for b in refused}
+
     def _fusion_keeps_bits(self, fused: FusedForwards) -> bool:
         layers = self.loaded.num_layers
         every_layer = ForwardPlan.of(FeatureSet(layers=[*range(layers), FINAL_NORM]), layers)

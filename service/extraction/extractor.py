@@ -14,24 +14,24 @@ from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import torch
-import transformers
 
 from compute.forward import ForwardPlan
 from schemas.backend import PINNED_ATTENTION, SPECS, AttentionKernel, Backend, Fingerprint
-from schemas.batching import ONE_PER_FORWARD, PackPolicy
+from schemas.batching import PackPolicy
+from schemas.device_run import DeviceRun, LayerMode
 from schemas.featureset import FeatureSet
 from schemas.manifest import HIDDEN_STATES
 from service.extraction.bit_checks import BitChecks, TokenSequence
+from service.extraction.fingerprints import degraded_modes, fingerprint_of
 from service.extraction.host_copies import HostCopies
 from service.extraction.layer_graphs import LayerGraphs, LayerRecorder
+from service.extraction.memory_plan import MemoryPlan, MemoryPlans
 from service.extraction.own_rows import PackRows, own_rows
-from service.extraction.packing import Pack, pack_inputs, per_sequence, plan_packs
+from service.extraction.packing import Pack, Segment, pack_inputs, per_sequence, plan_packs
 from service.extraction.results import Extraction, Labels, PendingExtraction
 from service.extraction.stats import layer_summary
 from service.model.encode import EncodedPrompt
-from service.model.fp8_weights import gemm_counts
-from service.model.fused import EAGER, FUSED, FusedForwards
-from service.model.kernels import version_of
+from service.model.fused import FusedForwards
 from service.model.loader import LoadedModel
 
 log = logging.getLogger("hsstore.extraction")
@@ -52,17 +52,19 @@ class Extractor:
         fuse: bool = True,
         pack_tokens: int = 0,
         recorder: LayerRecorder | None = None,
+        layer_mode_reason: str = "the caller's recorder",
     ) -> None:
         """`recorder`: what records an own-rows pack's decoder layers for replay (CUDA graphs; None: every layer
-        runs eagerly)."""
+        runs eagerly), chosen for `layer_mode_reason`."""
         self.loaded = loaded
         self.pack_tokens = pack_tokens
-        self.fuse = fuse
         self.recorder = recorder
+        self.layer_mode_reason = layer_mode_reason
         self.graphs: LayerGraphs | None = None  # made at the first pack: its templates hold a layer of each kind
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self.copies = HostCopies(loaded.device)
         self.checks = BitChecks(loaded, self._forward, fuse)  # which faster ways of running keep the bits, here
+        self.memory = MemoryPlans(loaded, pack_tokens, self._calibration_pack)  # what a pack may take of the card
 
     @property
     def pack_policy(self) -> PackPolicy | None:
@@ -78,32 +80,25 @@ class Extractor:
         pack: PackPolicy | None = None,
         attention: AttentionKernel | None = PINNED_ATTENTION,
     ) -> Fingerprint:
-        device = self.loaded.device
-        implementation = str(self.loaded.config._attn_implementation)
-        device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-        return Fingerprint(
-            torch=torch.__version__,
-            transformers=transformers.__version__,
-            fla=version_of("flash-linear-attention"),
-            causal_conv1d=version_of("causal-conv1d"),
-            device=device_name,
-            dtype=str(self.loaded.model.dtype).removeprefix("torch."),
-            attn_implementation=implementation,
-            attention_kernel=attention if implementation == "sdpa" else None,  # only sdpa's kernels are pinned
-            kernels=self.loaded.kernels.plan(backend),
-            batching=pack.describe() if pack is not None else ONE_PER_FORWARD,
-            cuda_graphs=self._replays(pack),
-            elementwise=FUSED if fused else EAGER,
-            device_map=self.loaded.device_map,
-            quantization=quantization.describe() if (quantization := self.loaded.quantization) else None,
-            fp8_gemm=gemm_counts(self.loaded.model) if quantization else None,
-        )
+        return fingerprint_of(self.loaded, backend, fused, pack, attention, self._replays(pack))
 
     def _replays(self, pack: PackPolicy | None) -> bool:
-        """Whether `pack`'s forwards replay recorded layers: the same kernels on the same arguments as eager, so the
-        same bits (layer_graphs.py), named in the fingerprint all the same, as everything that ran is."""
-        broken = self.graphs is not None and self.graphs.broken
-        return pack is not None and pack.own_rows and self.recorder is not None and not broken
+        """Whether `pack`'s forwards are to replay recorded layers: the same kernels on the same arguments as eager,
+        so the same bits (layer_graphs.py). Each pack's entries are then named by what did run (`extract_many`)."""
+        failed = self.graphs is not None and self.graphs.failure is not None
+        return pack is not None and pack.own_rows and self.recorder is not None and not failed
+
+    def device_run(self, featureset: FeatureSet, backend: Backend = Backend.FLA) -> DeviceRun:
+        """How this device runs this model now (`/v1/info`): layer mode, what could not run, `backend`'s memory plan."""
+        failure = self.graphs.failure if self.graphs is not None else None
+        mode = LayerMode.REPLAYED if self.recorder is not None and failure is None else LayerMode.EAGER
+        return DeviceRun(
+            device=self.fingerprint(backend).device,
+            layer_mode=mode,
+            layer_mode_reason=self.layer_mode_reason,
+            degraded=degraded_modes(failure, self.checks.refusals()),
+            memory=plan.info(featureset) if (plan := self.memory.known(backend)) is not None else None,
+        )
 
     def _layer_graphs(self) -> LayerGraphs | None:
         if self.recorder is None:
@@ -146,12 +141,16 @@ class Extractor:
             fused = self.checks.fusion(backend)
             sequences = [self._complete(encoded) for encoded, _ in items]
             run.verify()
+            lengths, fast = [len(s.ids) for s in sequences], SPECS[backend].fast
+            pack = self.memory.fitted(pack, featureset, backend, lengths, (fused, fast))  # what this card holds
             if pack is not None:
-                fingerprint = self.fingerprint(backend, fused is not None, pack, attention)
-                fast = SPECS[backend].fast
-                for forward, planned in enumerate(plan_packs([len(s.ids) for s in sequences], pack)):
-                    hidden, normed, ids = self._forward_pack(planned, sequences, plan, fused, pack, fast, attention)
+                planned_to = self.fingerprint(backend, fused is not None, pack, attention)
+                for forward, planned in enumerate(plan_packs(lengths, pack)):
+                    ran = self._forward_pack(planned, sequences, plan, fused, pack, fast, attention)
+                    hidden, normed, ids, replayed = ran
                     run.verify()
+                    # what ran, not what was asked: a recording that failed in this pack left its layers eager
+                    fingerprint = planned_to.model_copy(update={"cuda_graphs": replayed})
                     staged = self.copies.of_pack(hidden, planned, plan)
                     for segment in planned.segments:
                         seq = sequences[segment.index]
@@ -180,8 +179,14 @@ class Extractor:
 
     def fusion_keeps_bits(self, backend: Backend) -> bool:
         """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
+        return self.prepare(backend)[0]
+
+    def prepare(self, backend: Backend) -> tuple[bool, MemoryPlan | None]:
+        """The one-time work of running `backend` here, done now: whether the fused forwards keep the bits (their
+        proof), and on CUDA the memory plan (its calibration)."""
         with self._lock, self._on_device(), torch.inference_mode(), self.loaded.kernels.running(backend):
-            return self.checks.fusion(backend) is not None
+            fused = self.checks.fusion(backend)
+            return fused is not None, self.memory.plan(backend, (fused, SPECS[backend].fast))
 
     def _on_device(self) -> contextlib.AbstractContextManager:
         """The model's (first) GPU as this thread's current device: Triton kernels (fla's, ours) launch on the
@@ -211,9 +216,10 @@ class Extractor:
         policy: PackPolicy,
         fast: frozenset[str],
         attention: AttentionKernel | None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """[1, shape, n_layers, H] hidden states of one pack, the final norm's output when logits are needed, and
-        the pack's token ids [1, shape] on the device. `fast`: the kernel roles the backend runs fast."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, bool]:
+        """[1, shape, n_layers, H] hidden states of one pack, the final norm's output when logits are needed, the
+        pack's token ids [1, shape] on the device, and whether layers were replayed. `fast`: the kernel roles the
+        backend runs fast."""
         inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self.copies.pinned)
         ids = inputs.pop("input_ids")
         rows = PackRows([(s.start, s.start + s.length) for s in pack.segments], pack.shape) if policy.own_rows else None
@@ -225,7 +231,17 @@ class Extractor:
             per_sequence(self.loaded.kernels.module, pack, policy, fast),
             graphs.routed(plan.layers_run - 1) if graphs is not None else contextlib.nullcontext(),
         ):
-            return (*plan.capture(self.loaded.body, ids, attention, **inputs), ids)
+            hidden, normed = plan.capture(self.loaded.body, ids, attention, **inputs)
+        return hidden, normed, ids, graphs is not None and graphs.replays > 0
+
+    def _calibration_pack(self, rows: int, backend: Backend, how: tuple[FusedForwards | None, frozenset[str]]) -> None:
+        """One own-rows pack of `rows` random tokens through every decoder layer, as packs run here (the memory
+        plan's calibration; the caller holds the lock and the kernels)."""
+        ids = torch.randint(0, int(self.loaded.config.vocab_size), (rows,), generator=torch.Generator().manual_seed(0))
+        sequence = TokenSequence(ids.tolist(), rows, None)
+        plan = ForwardPlan.of(FeatureSet(layers=[self.loaded.num_layers - 1]), self.loaded.num_layers)
+        pack = Pack(rows, (Segment(0, 0, rows),))
+        self._forward_pack(pack, [sequence], plan, how[0], PackPolicy(rows), how[1], self.attention_kernel)
 
     def _heads(self, plan: ForwardPlan, normed: torch.Tensor | None) -> dict[str, torch.Tensor]:
         return plan.heads(self.loaded.model.get_output_embeddings(), normed)

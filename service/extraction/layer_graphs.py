@@ -23,12 +23,13 @@ import copy
 import logging
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import nn
 
 from schemas.backend import SINGLE_DEVICE
+from schemas.device_run import LayerMode
 from service.model.loader import LoadedModel
 
 log = logging.getLogger("hsstore.extraction")
@@ -90,9 +91,40 @@ class CudaGraphRecorder:
         return recorded
 
 
-def graph_recorder(loaded: LoadedModel, enabled: bool = True) -> LayerRecorder | None:
-    """CUDA graphs for a model on one CUDA device (a spread model's layers sit on several: not recorded)."""
-    if not enabled or loaded.device.type != "cuda" or loaded.device_map != SINGLE_DEVICE:
+# Whether replays beat eager layers end to end, by GPU model, at the 27B width with 64 layers, both modes side by side
+# in one run: the first name found in the device's name decides; a GPU never measured runs eagerly (no graph pools to
+# hold, and eager is never slower by much: the replays' gain is the host's launch time, 0-13% where it showed).
+REPLAYS_MEASURED: dict[str, tuple[LayerMode, str]] = {
+    "H200": (
+        LayerMode.REPLAYED,
+        "measured faster on an H200 end to end (short mix: bf16 9,938 vs 9,774 tok/s, FP8 12,716 vs 11,259; "
+        "benchmarks/results/extract-h200-layer-modes.json, fp8-target-h200.json)",
+    ),
+    "H100": (
+        LayerMode.EAGER,
+        "measured slower than eager layers on an H100 (bf16, 64 layers: lean short 8,870 vs 10,133 tok/s, long "
+        "10,134 vs 10,581; #61), and their graph pools need memory an 80 GB card has not to spare",
+    ),
+}
+
+
+def layer_mode(setting: bool | Literal["auto"], loaded: LoadedModel) -> tuple[LayerMode, str]:
+    """The layer mode a model runs on its device, and why: the setting where it names one, else the table."""
+    if loaded.device.type != "cuda" or loaded.device_map != SINGLE_DEVICE:
+        return LayerMode.EAGER, "layers are recorded on one CUDA device only"
+    if setting != "auto":
+        return (LayerMode.REPLAYED if setting else LayerMode.EAGER), f"the setting cuda_graphs={str(setting).lower()}"
+    name = torch.cuda.get_device_name(loaded.device)
+    found = next((chosen for model, chosen in REPLAYS_MEASURED.items() if model in name), None)
+    if found is None:
+        return LayerMode.EAGER, f"cuda_graphs=auto: replays never measured on {name}, so eager (no graph pools)"
+    mode, why = found
+    return mode, f"cuda_graphs=auto on {name}: {mode.value}, {why}"
+
+
+def graph_recorder(loaded: LoadedModel, mode: LayerMode) -> LayerRecorder | None:
+    """CUDA graphs where layers are replayed (a spread model's layers sit on several devices: never recorded)."""
+    if mode is not LayerMode.REPLAYED or loaded.device.type != "cuda" or loaded.device_map != SINGLE_DEVICE:
         return None
     return CudaGraphRecorder(loaded.device)
 
@@ -133,7 +165,7 @@ class LayerGraphs:
         for index, kind in enumerate(self.kinds):
             if kind not in self._templates and self.kinds.count(kind) > 1:
                 self._templates[kind] = copy.deepcopy(self.layers[index])
-        self.broken = False  # a recording failed here once: every layer runs eagerly from then on
+        self.failure: str | None = None  # why a recording failed here once: every layer runs eagerly from then on
         self.replays = 0  # in the last pack routed
 
     @property
@@ -167,7 +199,7 @@ class LayerGraphs:
         def forward(hidden_states: torch.Tensor, **given: Any) -> torch.Tensor:
             kind.left -= 1
             if kind.replay is None:
-                if self.broken or not kind.warmed or kind.left < 1:
+                if self.failure is not None or not kind.warmed or kind.left < 1:
                     kind.warmed = True
                     return eager(layer, hidden_states, **given)
                 if not self._record(index, kind, hidden_states, given):
@@ -189,9 +221,9 @@ class LayerGraphs:
             kind.replay = self.recorder.record(
                 self.kinds[index], lambda: type(template).forward(template, inputs, **given)
             )
-        except Exception:
+        except Exception as exc:
             log.exception("recording layer %d's kind failed; every layer runs eagerly from now on", index)
-            self.broken = True
+            self.failure = f"recording layer {index}'s kind failed ({type(exc).__name__}: {str(exc).splitlines()[0]})"
             return False
         kind.inputs, kind.given = inputs, _tensor_arguments(given)
         return True

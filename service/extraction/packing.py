@@ -4,8 +4,10 @@ bits of the model's own forward of it alone.
 Which pack a sample lands in, and where, changes nothing: every op whose bits can depend on its row count runs at the
 sequence's own rows (own_rows.py: the linear layers and norms; here: the token mixers, i.e. the causal conv, the
 gated delta rule and full attention, causal with positions restarting at 0), laid out as alone; everything else is
-computed row by row. A sequence longer than `tokens` runs alone in the next multiple of it. Starts are aligned to
-`align` tokens, so every sequence's slice of a packed tensor starts 512-byte aligned, as a fresh tensor does.
+computed row by row. A sequence longer than `tokens` runs alone in a pack of its own length (aligned: the memory
+plan counts rows, and filler rows cost as many as real ones; an earlier release's packs used the next multiple of
+`tokens`). Starts are aligned to `align` tokens, so every sequence's slice of a packed tensor starts 512-byte
+aligned, as a fresh tensor does.
 
 Packs of an earlier release ran the linear layers and norms over the whole pack, and fla's rule once over the pack
 with `cu_seqlens` (`own_rows=False`). Their bits did not depend on the neighbours but were not the model's own
@@ -54,8 +56,9 @@ def plan_packs(lengths: list[int], policy: PackPolicy) -> list[Pack]:
     alone: list[Pack] = []
     for index in order:
         n = lengths[index]
-        if n > policy.tokens:
-            alone.append(Pack(_round_up(n, policy.tokens), (Segment(index, 0, n),)))
+        if n > policy.tokens:  # own rows: its own length (aligned), not the next multiple, which held filler rows
+            rows = _round_up(n, policy.align if policy.own_rows else policy.tokens)
+            alone.append(Pack(rows, (Segment(index, 0, n),)))
             continue
         for slot, (start, segments) in enumerate(open_packs):
             if start + n <= policy.tokens:

@@ -74,6 +74,11 @@ class ModelManager(Generic[E]):
     def loaded(self) -> bool:
         return self._extractor is not None
 
+    @property
+    def current(self) -> E | None:
+        """The loaded model's extractor, or None: never loads (what `/v1/info` and `/metrics` read)."""
+        return self._extractor
+
     def extractor(self) -> E:
         """The loaded model's extractor, loading it first if needed."""
         with self._lock:

@@ -39,10 +39,17 @@ def build_synthetic(device: str = "cuda", num_layers: int = 64, seed: int = 0) -
     shape = {**QWEN3_5_27B, "num_hidden_layers": num_layers}
     config = Qwen3_5TextConfig(**shape)
     config._attn_implementation = "sdpa"
-    with torch.device("meta"):
-        model = Qwen3_5ForCausalLM(config)
+    # bfloat16 from the start: materialised in float32 first, the 64-layer model took 108 GB, more than an H100 has;
+    # the weights are the same either way (they are drawn below, into the bfloat16 parameters)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device("meta"):
+            model = Qwen3_5ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
     model = model.to_empty(device=device)
-    model.to(torch.bfloat16)  # type: ignore[arg-type]  # in place; transformers' wrapped `to` is mistyped
+    model.to(torch.bfloat16)  # type: ignore[arg-type]  # what the meta init made in float32 anyway; in place
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -32,6 +32,7 @@ from service.model.loader import LoadedModel
 from service.model.synthetic import QWEN3_5_27B, build_synthetic, to_fp8
 from service.settings import Settings
 from tests.conftest import REPO
+from tests.gpu.conftest import give_back
 from tests.gpu.marks import needs_gpu_with
 
 pytestmark = needs_gpu_with("fla", "causal_conv1d")
@@ -77,7 +78,7 @@ def _stored(services: Any, backend: Backend) -> list[dict[str, torch.Tensor]]:
     results = services.writer.extract(request).results
     extractor = services.models.extractor()
     assert {r.manifest.fingerprint.batching for r in results} == {extractor.pack_policy.describe()}
-    replayed = services.settings.cuda_graphs  # what ran is named either way, and replays did run where asked
+    replayed = services.settings.cuda_graphs is True  # what ran is named either way, and replays did run where asked
     assert all(r.manifest.fingerprint.cuda_graphs is replayed for r in results)
     assert (extractor.graphs is not None and extractor.graphs.replays > 0) is replayed
     return [{n: to_torch(t) for n, t in services.reader.read(r.manifest).tensors.items()} for r in results]
@@ -128,6 +129,7 @@ def test_stored_features_are_the_models_own_forward_at_the_27b_width(bf16, backe
         torch.save(out, {str(tmp_path / "live.pt")!r})
         """
     )
+    give_back()  # the allocator's free blocks, which this process would keep from the trainer's
     subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
     for index, live in zip(picked, torch.load(tmp_path / "live.pt"), strict=True):
         assert torch.equal(live, stored[index]["hidden_states"]), LENGTHS[index]

@@ -17,6 +17,17 @@ from service.model.encode import EncodedPrompt
 from service.model.loader import ModelSpec
 
 _BATCH = 1024  # samples a tokenizer call
+CPU_SAMPLE_TOKENS = 32768  # the longest sample a CPU extracts unless told: a development device, its memory unplanned
+# what the preparer lets through on a GPU unless told: the memory plan (service/extraction/memory_plan.py) then says
+# what the card holds, once the model is loaded, and refuses longer samples naming that limit
+PLANNED_SAMPLE_TOKENS = 1 << 20
+
+
+def sample_tokens_limit(setting: int | None, spec: ModelSpec | None) -> int:
+    """The most tokens a sample may have when it is prepared: the setting, else the CPU's or the plan's to judge."""
+    if setting is not None:
+        return setting
+    return CPU_SAMPLE_TOKENS if spec is None or spec.device.type == "cpu" else PLANNED_SAMPLE_TOKENS
 
 
 @dataclass(frozen=True, slots=True)

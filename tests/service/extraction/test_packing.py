@@ -38,7 +38,9 @@ def test_plans_hold_every_sequence_once_within_the_shape_from_aligned_starts() -
         assert max(ends) <= pack.shape and all(s.start % POLICY.align == 0 for s in pack.segments)
         assert all(a.start + a.length <= b.start for a, b in zip(pack.segments, pack.segments[1:], strict=False))
     (long,) = [p for p in packs if p.shape != POLICY.tokens]
-    assert long.shape == 768 and [s.index for s in long.segments] == [4]  # alone, in the next multiple
+    assert long.shape == 608 and [s.index for s in long.segments] == [4]  # alone, its own rows aligned (600 -> 608)
+    earlier = PackPolicy(tokens=256, align=16, own_rows=False)  # an earlier release's: alone in the next multiple
+    assert [p.shape for p in plan_packs(lengths, earlier) if p.shape != earlier.tokens] == [768]
     assert PackPolicy.parse(POLICY.describe()) == POLICY and PackPolicy.parse("one sequence per forward") is None
 
 

@@ -1,0 +1,188 @@
+"""How much of this card a pack may take: the pack's rows and the longest sequence, worked out from the memory this
+device has free once the weights are in and what a pack's rows cost here, measured.
+
+Why measured, not estimated from the config: what a row costs is the kernels' (fla's chunk states, the per-sequence
+GEMMs and norms of own-rows packs, cuBLAS's workspaces) and, where layers are replayed, the graph pools' besides. The
+service sized packs at a fixed 16,384 rows, which an H200 held and an 80 GB H100 did not (#61): recording a layer kind
+ran out of memory there. So two calibration packs (`CALIBRATION_ROWS`, random tokens, every decoder layer, the layer
+mode that will run) give a row's bytes as the slope of their peaks and the fixed part as the intercept; the stored
+layers of a featureset are added by their size, and the chunked lm_head of one whose heads are asked for by its
+chunk's. A margin covers the allocator's rounding; a headroom stays free for everything else on the card.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from schemas.backend import Backend
+from schemas.batching import PackPolicy
+from schemas.device_run import MemoryPlanInfo
+from schemas.featureset import FeatureSet
+from service.errors import TooLarge
+from service.model.fused import FusedForwards
+from service.model.loader import LoadedModel
+
+log = logging.getLogger("hsstore.extraction")
+
+GIB = 1 << 30
+CALIBRATION_ROWS = (2048, 4096)
+ROW_STEP = 1024  # pack shapes are multiples of this (and so of every pack policy's alignment)
+MARGIN = 1.15  # on the measured bytes per row: the caching allocator rounds and splits blocks
+HEAD_CHUNK_ROWS = 1024  # compute.forward's chunked lm_head
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPlan:
+    """What the card has (`free`: after the weights, before any pack) and what a pack costs on it."""
+
+    total: int
+    free: int
+    per_row: int  # a pack's peak bytes per row, every decoder layer run, one layer stored (as measured)
+    fixed: int  # the peak's part that does not grow with the rows (workspaces, the rotary tables, ...)
+    hidden_size: int
+    vocab_size: int
+    configured_rows: int  # the pack shape the settings ask for
+    headroom: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.headroom:
+            object.__setattr__(self, "headroom", max(2 * GIB, self.total // 32))
+
+    def _row_bytes(self, featureset: FeatureSet) -> float:
+        """A row's bytes under `featureset`: the body's, with its margin, and the stored layers' beyond the one
+        the calibration stored (captured in bfloat16, then converted to what is stored: counted twice)."""
+        stored = 2 * self.hidden_size * 2 * max(len(featureset.layers) - 1, 0)
+        return self.per_row * MARGIN + stored
+
+    def _budget(self, featureset: FeatureSet) -> float:
+        heads = featureset.target_ids or featureset.top_k is not None
+        logits = 3 * HEAD_CHUNK_ROWS * self.vocab_size * 4 if heads else 0  # logits, log-softmax, top-k in float32
+        return self.free - self.fixed * MARGIN - self.headroom - logits
+
+    def rows_that_fit(self, featureset: FeatureSet) -> int:
+        """The most rows one pack may have under `featureset` (a multiple of ROW_STEP; 0 where none fit)."""
+        rows = int(self._budget(featureset) // self._row_bytes(featureset))
+        return max(rows // ROW_STEP * ROW_STEP, 0)
+
+    def pack_rows(self, featureset: FeatureSet) -> int:
+        """The pack shape to run `featureset` in: the configured one, or the most that fits where it does not."""
+        return min(self.configured_rows, self.rows_that_fit(featureset))
+
+    def longest_sequence(self, featureset: FeatureSet) -> int:
+        """The longest sequence this card extracts under `featureset` (alone in a pack of its own length)."""
+        return self.rows_that_fit(featureset)
+
+    def info(self, featureset: FeatureSet) -> MemoryPlanInfo:
+        return MemoryPlanInfo(
+            total_gib=round(self.total / GIB, 2),
+            free_after_weights_gib=round(self.free / GIB, 2),
+            bytes_per_row=self.per_row,
+            fixed_gib=round(self.fixed / GIB, 2),
+            headroom_gib=round(self.headroom / GIB, 2),
+            featureset_id=featureset.id,
+            pack_tokens=self.pack_rows(featureset),
+            longest_sequence=self.longest_sequence(featureset),
+        )
+
+    @classmethod
+    def fitted(
+        cls,
+        peaks: dict[int, int],
+        total: int,
+        free: int,
+        hidden_size: int,
+        vocab_size: int,
+        configured_rows: int,
+    ) -> MemoryPlan:
+        """The plan from calibration peaks (rows -> peak bytes above what was allocated before): the line through
+        the smallest and the largest."""
+        low, high = min(peaks), max(peaks)
+        per_row = max((peaks[high] - peaks[low]) // max(high - low, 1), 1)
+        fixed = max(peaks[low] - per_row * low, 0)
+        return cls(total, free, per_row, fixed, hidden_size, vocab_size, configured_rows)
+
+
+# one own-rows pack of `rows` random tokens through every decoder layer, as packs run here, under the extractor's lock
+# and `backend`'s kernels, with the fused forwards and fast roles it runs
+Calibrate = Callable[[int, Backend, tuple[FusedForwards | None, frozenset[str]]], None]
+
+
+class MemoryPlans:
+    """A plan per backend (their kernels hold different memory: torch's reference rule more than fla's), each
+    measured the first time the backend runs packs on this CUDA device; none off CUDA."""
+
+    def __init__(self, loaded: LoadedModel, configured_rows: int, calibrate: Calibrate) -> None:
+        self.loaded, self.configured_rows, self.calibrate = loaded, configured_rows, calibrate
+        self._plans: dict[Backend, MemoryPlan] = {}
+
+    def known(self, backend: Backend) -> MemoryPlan | None:
+        return self._plans.get(backend)
+
+    def plan(self, backend: Backend, how: tuple[FusedForwards | None, frozenset[str]]) -> MemoryPlan | None:
+        """`backend`'s plan, measured now if it was not (the caller holds the lock and the backend's kernels)."""
+        if backend not in self._plans and self.loaded.device.type == "cuda":
+            self._plans[backend] = self._measure(backend, how)
+        return self._plans.get(backend)
+
+    def _measure(self, backend: Backend, how: tuple[FusedForwards | None, frozenset[str]]) -> MemoryPlan:
+        device = self.loaded.device
+        torch.cuda.synchronize(device)
+        free_now, total = torch.cuda.mem_get_info(device)
+        base = torch.cuda.memory_allocated(device)
+        free = free_now + torch.cuda.memory_reserved(device) - base  # the allocator's free blocks are ours to reuse
+        peaks = {}
+        for rows in CALIBRATION_ROWS:
+            torch.cuda.reset_peak_memory_stats(device)
+            self.calibrate(rows, backend, how)
+            torch.cuda.synchronize(device)
+            peaks[rows] = torch.cuda.max_memory_allocated(device) - base
+        config = self.loaded.config
+        plan = MemoryPlan.fitted(
+            peaks, total, free, int(config.hidden_size), int(config.vocab_size), self.configured_rows
+        )
+        default = FeatureSet.default_for(self.loaded.num_layers)
+        log.info(
+            "memory plan for %s on %s: %.1f GiB free after the weights, %d bytes a row (+%.1f GiB), packs of %d "
+            "rows, the longest sequence %d tokens (default featureset)",
+            backend.value,
+            torch.cuda.get_device_name(device),
+            free / GIB,
+            plan.per_row,
+            plan.fixed / GIB,
+            plan.pack_rows(default),
+            plan.longest_sequence(default),
+        )
+        return plan
+
+    def fitted(
+        self,
+        pack: PackPolicy | None,
+        featureset: FeatureSet,
+        backend: Backend,
+        lengths: Sequence[int],
+        how: tuple[FusedForwards | None, frozenset[str]],
+    ) -> PackPolicy | None:
+        """`pack` as this card holds it under `featureset`: an own-rows pack's rows cut to what fits (its bits are
+        each sequence's own whatever its rows); TooLarge for a sequence longer than the card holds, or for an earlier
+        release's pack (whose bits follow its rows) that does not fit. Unchanged off CUDA."""
+        plan = self.plan(backend, how)
+        if plan is None:
+            return pack
+        longest = plan.longest_sequence(featureset)
+        if (most := max(lengths, default=0)) > longest:
+            raise TooLarge(
+                f"{most} tokens exceed the limit of {longest} tokens per sample that this GPU holds under featureset "
+                f"{featureset.id} (its memory plan: GET /v1/info)"
+            )
+        if pack is None:
+            return None
+        rows = plan.pack_rows(featureset)
+        if pack.own_rows:
+            return pack if pack.tokens <= rows else PackPolicy(rows, pack.align)
+        if pack.tokens > plan.rows_that_fit(featureset):
+            raise TooLarge(f"an earlier release's packs of {pack.tokens} rows do not fit this GPU (it holds {rows})")
+        return pack
