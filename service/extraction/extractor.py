@@ -64,7 +64,7 @@ class Extractor:
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self.copies = HostCopies(loaded.device)
         self.checks = BitChecks(loaded, self._forward, fuse)  # which faster ways of running keep the bits, here
-        self.memory = MemoryPlans(loaded, pack_tokens, self._calibration_pack)  # what a pack may take of the card
+        self.memory = MemoryPlans(loaded, pack_tokens, self._calibration_pack, replayed=recorder is not None)
 
     @property
     def pack_policy(self) -> PackPolicy | None:
@@ -101,11 +101,9 @@ class Extractor:
         )
 
     def _layer_graphs(self) -> LayerGraphs | None:
-        if self.recorder is None:
-            return None
-        if self.graphs is None:
+        if self.recorder is not None and self.graphs is None:
             self.graphs = LayerGraphs(self.loaded.body.layers, self.recorder)
-        return self.graphs
+        return self.graphs if self.recorder is not None else None
 
     def extract(
         self,
@@ -215,7 +213,7 @@ class Extractor:
         fused: FusedForwards | None,
         policy: PackPolicy,
         fast: frozenset[str],
-        attention: AttentionKernel | None,
+        attention: AttentionKernel | None = PINNED_ATTENTION,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, bool]:
         """[1, shape, n_layers, H] hidden states of one pack, the final norm's output when logits are needed, the
         pack's token ids [1, shape] on the device, and whether layers were replayed. `fast`: the kernel roles the
@@ -235,13 +233,15 @@ class Extractor:
         return hidden, normed, ids, graphs is not None and graphs.replays > 0
 
     def _calibration_pack(self, rows: int, backend: Backend, how: tuple[FusedForwards | None, frozenset[str]]) -> None:
-        """One own-rows pack of `rows` random tokens through every decoder layer, as packs run here (the memory
-        plan's calibration; the caller holds the lock and the kernels)."""
+        """One own-rows pack of `rows` random tokens through every decoder layer, its layers eager: recordings stay
+        the real packs' (their pools are counted apart). The memory plan's calibration, under the caller's lock."""
         ids = torch.randint(0, int(self.loaded.config.vocab_size), (rows,), generator=torch.Generator().manual_seed(0))
-        sequence = TokenSequence(ids.tolist(), rows, None)
         plan = ForwardPlan.of(FeatureSet(layers=[self.loaded.num_layers - 1]), self.loaded.num_layers)
-        pack = Pack(rows, (Segment(0, 0, rows),))
-        self._forward_pack(pack, [sequence], plan, how[0], PackPolicy(rows), how[1], self.attention_kernel)
+        recorder, self.recorder, pack = self.recorder, None, Pack(rows, (Segment(0, 0, rows),))
+        try:
+            self._forward_pack(pack, [TokenSequence(ids.tolist(), rows, None)], plan, how[0], PackPolicy(rows), how[1])
+        finally:
+            self.recorder = recorder
 
     def _heads(self, plan: ForwardPlan, normed: torch.Tensor | None) -> dict[str, torch.Tensor]:
         return plan.heads(self.loaded.model.get_output_embeddings(), normed)

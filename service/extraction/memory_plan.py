@@ -4,10 +4,11 @@ device has free once the weights are in and what a pack's rows cost here, measur
 Why measured, not estimated from the config: what a row costs is the kernels' (fla's chunk states, the per-sequence
 GEMMs and norms of own-rows packs, cuBLAS's workspaces) and, where layers are replayed, the graph pools' besides. The
 service sized packs at a fixed 16,384 rows, which an H200 held and an 80 GB H100 did not (#61): recording a layer kind
-ran out of memory there. So two calibration packs (`CALIBRATION_ROWS`, random tokens, every decoder layer, the layer
-mode that will run) give a row's bytes as the slope of their peaks and the fixed part as the intercept; the stored
-layers of a featureset are added by their size, and the chunked lm_head of one whose heads are asked for by its
-chunk's. A margin covers the allocator's rounding; a headroom stays free for everything else on the card.
+ran out of memory there. So two calibration packs (`CALIBRATION_ROWS`, random tokens, every decoder layer, eager)
+give a row's bytes as the slope of their peaks and the fixed part as the intercept; replayed layers' graph pools
+are added by their measured share of a row, the stored layers of a featureset by their size, and the chunked
+lm_head of one whose heads are asked for by its chunk's. A margin covers the allocator's rounding; a headroom stays
+free for everything else on the card.
 """
 
 from __future__ import annotations
@@ -32,6 +33,11 @@ GIB = 1 << 30
 CALIBRATION_ROWS = (2048, 4096)
 ROW_STEP = 1024  # pack shapes are multiples of this (and so of every pack policy's alignment)
 MARGIN = 1.15  # on the measured bytes per row: the caching allocator rounds and splits blocks
+# What replayed layers' graph pools hold per row, against a pack's eager peak per row: the pools of the two kinds of
+# layer (two streams each, the newest graph of a kind alive while the next records) held 14 GB at 16,384 rows of the
+# 64-layer 27B on an H100 (#61), ~854 KB a row against an eager peak of 183 KB (tests/gpu's plan, the same card).
+# Calibration runs its layers eagerly (a recording of its own would be one more shape the pools meet): this counts them.
+REPLAY_POOLS_PER_ROW = 5.0
 HEAD_CHUNK_ROWS = 1024  # compute.forward's chunked lm_head
 
 
@@ -47,6 +53,7 @@ class MemoryPlan:
     vocab_size: int
     configured_rows: int  # the pack shape the settings ask for
     headroom: int = 0
+    replayed: bool = False  # layers replayed: their graph pools grow with the rows too
 
     def __post_init__(self) -> None:
         if not self.headroom:
@@ -56,7 +63,8 @@ class MemoryPlan:
         """A row's bytes under `featureset`: the body's, with its margin, and the stored layers' beyond the one
         the calibration stored (captured in bfloat16, then converted to what is stored: counted twice)."""
         stored = 2 * self.hidden_size * 2 * max(len(featureset.layers) - 1, 0)
-        return self.per_row * MARGIN + stored
+        pools = REPLAY_POOLS_PER_ROW if self.replayed else 0.0
+        return self.per_row * (1 + pools) * MARGIN + stored
 
     def _budget(self, featureset: FeatureSet) -> float:
         heads = featureset.target_ids or featureset.top_k is not None
@@ -97,13 +105,14 @@ class MemoryPlan:
         hidden_size: int,
         vocab_size: int,
         configured_rows: int,
+        replayed: bool = False,
     ) -> MemoryPlan:
         """The plan from calibration peaks (rows -> peak bytes above what was allocated before): the line through
         the smallest and the largest."""
         low, high = min(peaks), max(peaks)
         per_row = max((peaks[high] - peaks[low]) // max(high - low, 1), 1)
         fixed = max(peaks[low] - per_row * low, 0)
-        return cls(total, free, per_row, fixed, hidden_size, vocab_size, configured_rows)
+        return cls(total, free, per_row, fixed, hidden_size, vocab_size, configured_rows, replayed=replayed)
 
 
 # one own-rows pack of `rows` random tokens through every decoder layer, as packs run here, under the extractor's lock
@@ -115,8 +124,8 @@ class MemoryPlans:
     """A plan per backend (their kernels hold different memory: torch's reference rule more than fla's), each
     measured the first time the backend runs packs on this CUDA device; none off CUDA."""
 
-    def __init__(self, loaded: LoadedModel, configured_rows: int, calibrate: Calibrate) -> None:
-        self.loaded, self.configured_rows, self.calibrate = loaded, configured_rows, calibrate
+    def __init__(self, loaded: LoadedModel, configured_rows: int, calibrate: Calibrate, replayed: bool) -> None:
+        self.loaded, self.configured_rows, self.calibrate, self.replayed = loaded, configured_rows, calibrate, replayed
         self._plans: dict[Backend, MemoryPlan] = {}
 
     def known(self, backend: Backend) -> MemoryPlan | None:
@@ -141,9 +150,8 @@ class MemoryPlans:
             torch.cuda.synchronize(device)
             peaks[rows] = torch.cuda.max_memory_allocated(device) - base
         config = self.loaded.config
-        plan = MemoryPlan.fitted(
-            peaks, total, free, int(config.hidden_size), int(config.vocab_size), self.configured_rows
-        )
+        geometry = (int(config.hidden_size), int(config.vocab_size))
+        plan = MemoryPlan.fitted(peaks, total, free, *geometry, self.configured_rows, replayed=self.replayed)
         default = FeatureSet.default_for(self.loaded.num_layers)
         log.info(
             "memory plan for %s on %s: %.1f GiB free after the weights, %d bytes a row (+%.1f GiB), packs of %d "

@@ -39,6 +39,8 @@ def test_a_plan_is_the_line_through_its_calibration_peaks() -> None:
     assert plan.rows_that_fit(every) < rows  # more layers stored and the heads' logits: fewer rows
     roomy = MemoryPlan.fitted({2048: fixed + 2048 * 300_000, 4096: fixed + 4096 * 300_000}, **H100)
     assert roomy.pack_rows(default) == 16384 < roomy.longest_sequence(default)  # the configured shape where it fits
+    replayed = MemoryPlan.fitted({2048: fixed + 2048 * per_row, 4096: fixed + 4096 * per_row}, **H100, replayed=True)
+    assert replayed.rows_that_fit(default) < rows // 5  # layers replayed: their graph pools take rows too
     full = MemoryPlan.fitted({2048: 30 * GIB, 4096: 31 * GIB}, **H100)
     assert full.rows_that_fit(default) == 0  # nothing fits: the composition root refuses to start
 
