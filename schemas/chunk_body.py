@@ -103,7 +103,9 @@ class ChunkHeader(BaseModel):
                 positions = array.axis1 if array.axis1 is not None else list(range(array.shape[1]))
                 if positions != layer_positions:
                     raise MalformedBody(f"{array.name}: the positions sent are not the layers served")
-            if array.axis1 is not None and not all(0 <= p < array.shape[1] for p in array.axis1):
+            if array.axis1 is not None and (
+                len(array.shape) < 2 or not all(0 <= p < array.shape[1] for p in array.axis1)
+            ):
                 raise MalformedBody(f"{array.name}: axis-1 positions fall outside the array")
             if [at for at, _, _, _ in array.chunks] != array.needed():
                 raise MalformedBody(f"{array.name}: the index does not list the chunks the served part needs")
@@ -146,7 +148,12 @@ def decode_header(view: memoryview) -> tuple[ChunkHeader, Manifest, int]:
         manifest = Manifest.model_validate_json(header.manifest)
     except ValidationError as exc:
         raise MalformedBody(f"malformed header: {exc.error_count()} errors") from None
-    header.checked(manifest)
+    try:
+        header.checked(manifest)
+    except MalformedBody:
+        raise
+    except (IndexError, KeyError, TypeError, ValueError) as exc:  # a header whose parts do not fit one another
+        raise MalformedBody(f"an inconsistent header: {exc}") from None
     return header, manifest, size
 
 

@@ -257,3 +257,27 @@ def test_a_dataset_index_decodes_to_what_was_stored_or_says_why(wire: Wire, how:
 @given(body=st.binary(max_size=64) | any_json.map(_json_bytes))
 def test_an_error_frame_of_any_bytes_is_a_typed_error(wire: Wire, body: bytes) -> None:
     assert isinstance(batch_error(0, wire.key, memoryview(body)), HsstoreError)
+
+
+def _with_header(body: bytes, change: Callable[[dict], None]) -> bytes:
+    _, _, length = _PREFIX.unpack_from(body)
+    header = json.loads(body[_PREFIX.size : _PREFIX.size + length])
+    change(header)
+    raw = json.dumps(header).encode()
+    head = _PREFIX.pack(MAGIC, VERSION, len(raw)) + raw
+    return head + crc32c(head) + body[_PREFIX.size + length + 4 :]
+
+
+def test_what_shrinking_found_an_axis_1_on_a_one_dimensional_array_is_a_typed_error(wire: Wire) -> None:
+    """The 10^5-example run's find (benchmarks/results/identity-fuzz-cpu.json): a header, its checksum made right,
+    giving input_ids (one dimension) positions along a second one; the check indexed a dimension it has not."""
+
+    def one_dimension_with_axis_1(header: dict) -> None:
+        (ids,) = [array for array in header["arrays"] if array["name"] == "input_ids"]
+        ids["axis1"] = [0]
+
+    answer = wire.answers[BodyFormat.CHUNKS.value]
+    mutated = Recorded(answer.status, answer.headers, _with_header(answer.body, one_dimension_with_axis_1))
+    client = FeatureClient(http=_replaying(mutated))
+    with client, pytest.raises(HsstoreError, match=r"malformed|inconsistent"):
+        client.fetch(wire.key.key, wire.key.layers, wire.key.tokens)
