@@ -27,7 +27,7 @@ def _statistics(output: str) -> dict[str, dict[str, float]]:
     found: dict[str, dict[str, float]] = {}
     current = None
     for line in output.splitlines():
-        if line.startswith("tests/") and line.rstrip().endswith(":"):
+        if line.startswith("tests/") and "::" in line and line.rstrip().endswith(":"):
             current = found.setdefault(line.strip().rstrip(":").split("::")[-1], {"passing": 0, "failing": 0})
         elif current is not None and (counted := re.search(r"(\d+) passing, (\d+) failing", line)):
             current["passing"] += int(counted[1])
