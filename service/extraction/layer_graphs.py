@@ -102,8 +102,9 @@ REPLAYS_MEASURED: dict[str, tuple[LayerMode, str]] = {
     ),
     "H100": (
         LayerMode.EAGER,
-        "measured slower than eager layers on an H100 (bf16, 64 layers: lean short 8,870 vs 10,133 tok/s, long "
-        "10,134 vs 10,581; #61), and their graph pools need memory an 80 GB card has not to spare",
+        "no faster on an H100 (bf16, 64 layers, lean: short 9,897 vs 9,387 tok/s, long 10,599 vs 10,924, "
+        "benchmarks/results/extract-h100-200k.json; in packs of 8,192 slower on both, #61), and their graph pools "
+        "would cut the longest sequence an 80 GB card holds from 94,208 tokens to about 20,000",
     ),
 }
 
