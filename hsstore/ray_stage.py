@@ -32,6 +32,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
+from client.training.ray_pools import check_fits, runs_tasks
 from schemas.api import ExtractResult
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import normal_form, prompt_hash
@@ -44,10 +45,6 @@ if TYPE_CHECKING:
     from service.settings import Settings
 
 FAILED = "failed"  # a row's status when its sample was refused (the others are ExtractStatus values)
-
-
-class PoolDoesNotFit(ValueError):
-    """The actor pool asks for more than the Ray cluster has: Ray would wait for it without a word."""
 
 
 class ExtractSamples:
@@ -165,7 +162,7 @@ def extract_samples(
     `accelerator_type`, ...). Lazy, as Ray Data is: the rows come as the returned dataset is consumed."""
     import ray.data
 
-    _check_fits(concurrency, num_gpus, float(ray_remote_args.get("num_cpus", 1)), _runs_tasks(samples))
+    check_fits(concurrency, num_gpus, float(ray_remote_args.get("num_cpus", 1)), runs_tasks(samples))
     pool = (
         ray.data.ActorPoolStrategy(size=concurrency)
         if isinstance(concurrency, int)
@@ -180,48 +177,3 @@ def extract_samples(
         num_gpus=num_gpus,
         **ray_remote_args,
     )
-
-
-def _runs_tasks(samples: ray.data.Dataset) -> bool:
-    """Whether the samples come through Ray tasks (a read, a map: a CPU each while they run) rather than from
-    blocks already in the object store (`from_items`, `from_pandas`). Ray's plan is private: where it cannot be
-    read, tasks are assumed, since a CPU too few hangs and one too many only refuses a pool that would fit."""
-    try:
-        pending = [samples._logical_plan.dag]
-        while pending:
-            op = pending.pop()
-            if not type(op).__name__.startswith("From"):
-                return True
-            pending.extend(op.input_dependencies)
-    except AttributeError:
-        return True
-    return False
-
-
-def _check_fits(concurrency: int | tuple[int, int], num_gpus: float, num_cpus: float, tasks: bool) -> None:
-    """PoolDoesNotFit unless the running cluster can place the pool's smallest size, beside one task's CPU where the
-    samples come through tasks (actors holding every CPU starve a file's reading tasks, and the stage hangs in
-    `backpressured:tasks(ResourceBudget)`). A cluster not started yet is started now, as Ray Data would start it on
-    first use (`ray.init()`, which honours RAY_ADDRESS): the pool is checked against the cluster it will run on."""
-    import ray
-
-    if not ray.is_initialized():
-        ray.init()
-    actors = concurrency if isinstance(concurrency, int) else concurrency[0]
-    have = ray.cluster_resources()
-    cpus, gpus = float(have.get("CPU", 0)), float(have.get("GPU", 0))
-    missing = []
-    if actors * num_cpus + tasks > cpus:
-        fits = int((cpus - tasks) // num_cpus) if num_cpus else actors
-        reading = " and one CPU to read the samples" if tasks else ""
-        missing.append(
-            f"{actors} actors of {num_cpus:g} CPU{reading} need {actors * num_cpus + tasks:g} CPUs and the cluster "
-            f"has {cpus:g}: " + (f"pass concurrency={fits}" if fits >= 1 else "give the cluster more CPUs")
-        )
-    if actors * num_gpus > gpus:
-        missing.append(
-            f"{actors} actors of num_gpus={num_gpus:g} need {actors * num_gpus:g} GPUs and the cluster has {gpus:g}"
-            + (": on a CPU cluster pass num_gpus=0" if gpus == 0 else "")
-        )
-    if missing:
-        raise PoolDoesNotFit("the actor pool cannot be placed: " + "; ".join(missing))

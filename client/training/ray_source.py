@@ -30,6 +30,7 @@ from ray.data.collate_fn import NumpyBatchCollateFn
 from client.client import FeatureClient
 from client.errors import DirectReadsUnavailableError
 from client.training.collate import Sample, pad_collate
+from client.training.ray_pools import check_fits, runs_tasks
 from client.training.torch_data import to_sample
 from schemas.datasets import DatasetIndex
 from schemas.keys import EntryFilters, FeatureKey
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     import ray.data
 
 _STRINGS = ("prompt_hash", "content_hash")
+_POSITION = "data"  # `ray.data.from_numpy`'s column: a snapshot's positions
 _LOSS_MASK = "loss_mask"
 _BITS = {torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8}  # dtypes numpy lacks, carried as their bits
 _DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8_e4m3fn"}
@@ -54,7 +56,7 @@ class _ReadEntries:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.index is not None:
-            keys = [self.index.key(int(position)) for position in batch["id"]]
+            keys = [self.index.key(int(position)) for position in batch[_POSITION]]
         else:
             keys = [FeatureKey.model_validate_json(text) for text in batch["key"]]
         rows = [_row(to_sample(features, dequantise=False)) for features in self.client.get_many(keys)]
@@ -100,7 +102,8 @@ def read_features(
     """The entries of `dataset` (a snapshot's id or name: exactly the versions it names), or else of the listing
     `listing` filters as `FeatureClient.entries` takes them, read by `actors` actors `batch_size` entries a call.
     `direct_reads`: None reads straight from the object store where the service allows it and through the service
-    otherwise (one entry read here says which); True insists, failing here, before Ray starts, where it cannot."""
+    otherwise (one entry read here says which); True insists, failing here, before Ray starts, where it cannot.
+    PoolDoesNotFit, at once, where the cluster has not the CPUs for `actors` actors (one CPU each)."""
     import ray.data
 
     index: DatasetIndex | None = None
@@ -112,13 +115,14 @@ def read_features(
             # 10^7 entries is never 10^7 keys on the driver
             index = client.dataset(dataset)
             first = index.key(0) if len(index) else None
-            source = ray.data.range(len(index))
+            source = _positions(len(index), actors, batch_size)
         else:
             texts = [listed.key().model_dump_json(exclude_none=True) for listed in client.keys(**listing)]
             first = FeatureKey.model_validate_json(texts[0]) if texts else None
             source = ray.data.from_items([{"key": text} for text in texts])
     if first is None:
         raise ValueError(f"no entries in {'dataset ' + dataset if dataset else 'the listing'}: nothing to read")
+    check_fits(actors, 0, 1, runs_tasks(source), knob="actors")  # one line now, not a silent wait in Ray
     direct_reads = _direct_reads(url, token, first, direct_reads)
     return source.map_batches(
         _ReadEntries,
@@ -127,6 +131,16 @@ def read_features(
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=actors),
     )
+
+
+def _positions(count: int, actors: int, batch_size: int) -> ray.data.Dataset:
+    """A snapshot's positions as blocks already in the object store, so no read task waits for a CPU that the
+    actors hold (`ray.data.range` reads them in a task: with as many actors as CPUs it never ran, and nothing said
+    why); blocks of a batch or more, enough of them for every actor to have work."""
+    import ray.data
+
+    blocks = max(1, min(-(-count // batch_size), actors * 16))
+    return ray.data.from_numpy(np.array_split(np.arange(count, dtype=np.int64), blocks))
 
 
 def _direct_reads(url: str, token: str | None, key: FeatureKey, asked: bool | None) -> bool:

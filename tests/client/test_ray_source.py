@@ -18,6 +18,7 @@ from ray.util.annotations import RayDeprecationWarning
 from client import FeatureClient
 from client.errors import DirectReadsUnavailableError
 from client.training.collate import pad_collate
+from client.training.ray_pools import PoolDoesNotFit
 from client.training.ray_source import pad_features, read_features
 from client.training.torch_data import to_sample
 from schemas.manifest import Manifest
@@ -103,3 +104,37 @@ def test_a_store_on_the_services_own_disk_is_read_through_the_service_unless_dir
     assert sorted(row["content_hash"] for row in rows) == sorted(m.content_hash for m in written)
     with pytest.raises(DirectReadsUnavailableError, match=r"^read_features\(direct_reads=True\): .*own disk"):
         read_features(live_url, "laptop", direct_reads=True)
+
+
+def test_as_many_actors_as_cpus_read_every_entry_and_one_more_is_refused_in_one_line(live_url: str) -> None:
+    """On the 2-CPU cluster, 2 actors (each holding a CPU) read the snapshot to `iter_torch_batches` and to two
+    consumers of `streaming_split(2)`, within a bound (a snapshot's positions are blocks in the object store, not a
+    read task waiting for a CPU: with `ray.data.range` this never ran); 3 actors are refused before Ray runs."""
+    with FeatureClient(live_url) as client:
+        samples = [{"text": f"def actor_{i}(): return {i}"} for i in range(6)]
+        written = [r.manifest for r in client.extract(samples).results]
+        client.create_dataset("two-actors", [m.feature_key() for m in written])
+    expected = sorted(m.content_hash for m in written)
+
+    def batched() -> list[str]:
+        source = read_features(live_url, "two-actors", direct_reads=False, actors=2, batch_size=2)
+        batches = source.iter_torch_batches(batch_size=4, collate_fn=pad_features)
+        return [content_hash for batch in batches for content_hash in batch["content_hash"]]
+
+    def split() -> list[str]:
+        shards = read_features(live_url, "two-actors", direct_reads=False, actors=2, batch_size=2).streaming_split(2)
+        with ThreadPoolExecutor(2) as consumers:
+            parts = consumers.map(lambda shard: [row["content_hash"] for row in shard.iter_rows()], shards)
+            return list(chain.from_iterable(parts))
+
+    runner = ThreadPoolExecutor(1)  # a hang fails the test at the bound, rather than holding it forever
+    try:
+        for read in (batched, split):
+            assert sorted(runner.submit(read).result(timeout=180)) == expected, read.__name__
+    finally:
+        runner.shutdown(wait=False, cancel_futures=True)
+    with pytest.raises(
+        PoolDoesNotFit,
+        match=r"^the actor pool cannot be placed: 3 actors of 1 CPU need 3 CPUs and the cluster has 2: pass actors=2$",
+    ):
+        read_features(live_url, "two-actors", actors=3)

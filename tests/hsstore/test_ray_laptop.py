@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import ray
 
+from client.training.ray_pools import PoolDoesNotFit
 from hsstore.demo_prompts import PROMPTS
-from hsstore.ray_stage import PoolDoesNotFit, extract_rows, extract_samples
+from hsstore.ray_stage import extract_rows, extract_samples
 from schemas.api import ExtractRequest
 from service.main import build_services, create_app
 from service.model.loader import LoadedModel
