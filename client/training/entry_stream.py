@@ -18,6 +18,7 @@ from client.features import Features
 from client.keys import batch_item
 from client.training.cache_through import OnMissing, SampleReads
 from client.training.collate import Sample
+from client.training.length_buckets import bucketed_batches, sharded
 from client.training.torch_data import ClientPerProcess, key_of, retrying, to_sample
 from schemas.api import FeatureRead
 from schemas.featureset import FeatureSet, LayerId
@@ -26,8 +27,8 @@ from schemas.keys import EntryFilters
 
 class Reading(TypedDict, total=False):
     """How an `EntryStream` reads, whatever its source: the service's token, features fetched `prefetch` at a time
-    into a shared disk cache, this process's share (`rank` of `world_size`), the epochs' order (`seed`), and fp8
-    entries dequantised to bfloat16 or not."""
+    into a shared disk cache, this process's share (`rank` of `world_size`), the epochs' order (`seed`), fp8
+    entries dequantised to bfloat16 or not, and batches of similar lengths (`bucket_batch`)."""
 
     token: str | None
     prefetch: int
@@ -37,6 +38,7 @@ class Reading(TypedDict, total=False):
     world_size: int
     seed: int | None
     dequantise: bool
+    bucket_batch: int | None
 
 
 class EntryStream(IterableDataset[Sample]):
@@ -51,7 +53,12 @@ class EntryStream(IterableDataset[Sample]):
     With `seed`, each epoch visits the whole source in a seeded random order: every rank and worker computes the
     same permutation (from the seed and the epoch, `set_epoch`) and takes its own positions of it, so the ranks'
     shares are disjoint, cover the source, and change from epoch to epoch; without a seed, the source's order. Only
-    the keys are held (about 300 bytes an entry), never the features beyond `prefetch`."""
+    the keys are held (about 300 bytes an entry), never the features beyond `prefetch`.
+
+    With `bucket_batch=B` (a listing or a snapshot, whose token counts are known before a read), each epoch is cut
+    into batches of B entries of similar lengths (client/training/length_buckets.py; seeded, `seed` or 0) and every
+    worker and rank takes whole batches: a DataLoader of `batch_size=B` then pads each batch to little more than its
+    own entries."""
 
     def __init__(
         self,
@@ -65,8 +72,12 @@ class EntryStream(IterableDataset[Sample]):
         world_size: int = 1,
         seed: int | None = None,
         dequantise: bool = True,
+        bucket_batch: int | None = None,
     ) -> None:
         """Every entry the store lists (the other sources: the constructors below)."""
+        if bucket_batch is not None and bucket_batch < 1:
+            raise ValueError("bucket_batch is a batch size: at least 1")
+        self.bucket_batch = bucket_batch
         self.dataset: str | None = None
         self.filters = EntryFilters()
         self.dequantise = dequantise
@@ -119,6 +130,8 @@ class EntryStream(IterableDataset[Sample]):
         `FeatureDataset` has it; "extract" submits the missing ones in the first epoch's order, so the job keeps
         ahead of every rank's reads."""
         stream = cls(base_url, **reading)
+        if stream.bucket_batch is not None:
+            raise ValueError("bucket_batch needs token counts before a read: a listing or a snapshot, not samples")
         first = stream._permutation(len(samples)).tolist() if stream.seed is not None else None
         stream._reads = SampleReads(stream._clients.get(), samples, featureset, backend, on_missing, priority, first)
         return stream
@@ -132,6 +145,11 @@ class EntryStream(IterableDataset[Sample]):
         if self.seed is None:
             return keys
         return [keys[i] for i in self._permutation(len(keys))]
+
+    def _buckets(self, lengths: Sequence[int] | np.ndarray, shard: int, shards: int) -> list[int]:
+        """This shard's positions in the epoch's batches of similar lengths, whole batches each."""
+        assert self.bucket_batch is not None
+        return sharded(bucketed_batches(lengths, self.bucket_batch, self.seed or 0, self.epoch), shard, shards)
 
     def _permutation(self, count: int) -> np.ndarray:
         assert self.seed is not None  # a permutation is drawn only for a seeded stream
@@ -152,9 +170,18 @@ class EntryStream(IterableDataset[Sample]):
             return
         if self.dataset is not None:
             index = client.dataset(self.dataset)
-            positions = np.arange(len(index)) if self.seed is None else self._permutation(len(index))
-            mine: Iterator[FeatureRead] = (batch_item(index.key(int(p))) for p in positions[shard::shards])
+            if self.bucket_batch is not None:
+                positions = np.array(self._buckets(index.records["tokens"], shard, shards), dtype=np.int64)
+            else:
+                everyone = np.arange(len(index)) if self.seed is None else self._permutation(len(index))
+                positions = everyone[shard::shards]
+            mine: Iterator[FeatureRead] = (batch_item(index.key(int(p))) for p in positions)
             yield from self._fetched(partial(retrying, client.fetch, key.key) for key in mine)
+            return
+        if self.bucket_batch is not None:  # every key with its tokens first: buckets are of the whole listing
+            listed = list(client.keys(**self.filters))
+            chosen = self._buckets([entry.num_tokens for entry in listed], shard, shards)
+            yield from self._fetched(partial(retrying, client.fetch, listed[i].key()) for i in chosen)
             return
         listing = (listed.key() for listed in client.keys(**self.filters))  # keys alone: no manifest per entry
         if self.seed is None:

@@ -30,6 +30,7 @@ from ray.data.collate_fn import NumpyBatchCollateFn
 from client.client import FeatureClient
 from client.errors import DirectReadsUnavailableError
 from client.training.collate import Sample, pad_collate
+from client.training.length_buckets import bucketed_batches
 from client.training.ray_pools import check_fits, runs_tasks
 from client.training.torch_data import to_sample
 from schemas.datasets import DatasetIndex
@@ -97,13 +98,17 @@ def read_features(
     direct_reads: bool | None = None,
     actors: int = 1,
     batch_size: int = 16,
+    bucket_batch: int | None = None,
+    seed: int = 0,
     **listing: Unpack[EntryFilters],
 ) -> ray.data.Dataset:
     """The entries of `dataset` (a snapshot's id or name: exactly the versions it names), or else of the listing
     `listing` filters as `FeatureClient.entries` takes them, read by `actors` actors `batch_size` entries a call.
     `direct_reads`: None reads straight from the object store where the service allows it and through the service
     otherwise (one entry read here says which); True insists, failing here, before Ray starts, where it cannot.
-    PoolDoesNotFit, at once, where the cluster has not the CPUs for `actors` actors (one CPU each)."""
+    PoolDoesNotFit, at once, where the cluster has not the CPUs for `actors` actors (one CPU each).
+    `bucket_batch=B`: the rows come in batches of B entries of similar lengths (client/training/length_buckets.py,
+    by `seed`), in that order, for `iter_torch_batches(batch_size=B)` to pad each to little more than its entries."""
     import ray.data
 
     index: DatasetIndex | None = None
@@ -115,32 +120,47 @@ def read_features(
             # 10^7 entries is never 10^7 keys on the driver
             index = client.dataset(dataset)
             first = index.key(0) if len(index) else None
-            source = _positions(len(index), actors, batch_size)
+            order = np.arange(len(index))
+            if bucket_batch is not None:
+                order = np.array(_in_buckets(index.records["tokens"], bucket_batch, seed), dtype=np.int64)
+            source = _positions(order, actors, bucket_batch or batch_size)
         else:
-            texts = [listed.key().model_dump_json(exclude_none=True) for listed in client.keys(**listing)]
+            listed = list(client.keys(**listing))
+            if bucket_batch is not None:
+                listed = [listed[i] for i in _in_buckets([entry.num_tokens for entry in listed], bucket_batch, seed)]
+            texts = [entry.key().model_dump_json(exclude_none=True) for entry in listed]
             first = FeatureKey.model_validate_json(texts[0]) if texts else None
             source = ray.data.from_items([{"key": text} for text in texts])
     if first is None:
         raise ValueError(f"no entries in {'dataset ' + dataset if dataset else 'the listing'}: nothing to read")
     check_fits(actors, 0, 1, runs_tasks(source), knob="actors")  # one line now, not a silent wait in Ray
     direct_reads = _direct_reads(url, token, first, direct_reads)
-    return source.map_batches(
+    read = source.map_batches(
         _ReadEntries,
         fn_constructor_args=(url, token, direct_reads, index),
         batch_size=batch_size,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=actors),
     )
+    if bucket_batch is not None:  # the buckets' order is the point: Ray keeps it only when asked
+        read.context.execution_options.preserve_order = True
+    return read
 
 
-def _positions(count: int, actors: int, batch_size: int) -> ray.data.Dataset:
-    """A snapshot's positions as blocks already in the object store, so no read task waits for a CPU that the
-    actors hold (`ray.data.range` reads them in a task: with as many actors as CPUs it never ran, and nothing said
-    why); blocks of a batch or more, enough of them for every actor to have work."""
+def _in_buckets(lengths: Any, bucket_batch: int, seed: int) -> list[int]:
+    return [position for batch in bucketed_batches(lengths, bucket_batch, seed) for position in batch]
+
+
+def _positions(order: np.ndarray, actors: int, batch_size: int) -> ray.data.Dataset:
+    """A snapshot's positions, in `order`, as blocks already in the object store, so no read task waits for a CPU
+    that the actors hold (`ray.data.range` reads them in a task: with as many actors as CPUs it never ran, and
+    nothing said why); blocks of whole batches, enough of them for every actor to have work."""
     import ray.data
 
-    blocks = max(1, min(-(-count // batch_size), actors * 16))
-    return ray.data.from_numpy(np.array_split(np.arange(count, dtype=np.int64), blocks))
+    batches = -(-len(order) // batch_size)
+    per_block = max(1, -(-batches // (actors * 16)))  # batches a block
+    cuts = range(per_block * batch_size, len(order), per_block * batch_size)
+    return ray.data.from_numpy(np.split(order.astype(np.int64), list(cuts)))
 
 
 def _direct_reads(url: str, token: str | None, key: FeatureKey, asked: bool | None) -> bool:

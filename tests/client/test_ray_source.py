@@ -18,6 +18,7 @@ from ray.util.annotations import RayDeprecationWarning
 from client import FeatureClient
 from client.errors import DirectReadsUnavailableError
 from client.training.collate import pad_collate
+from client.training.length_buckets import bucketed_batches
 from client.training.ray_pools import PoolDoesNotFit
 from client.training.ray_source import pad_features, read_features
 from client.training.torch_data import to_sample
@@ -138,3 +139,19 @@ def test_as_many_actors_as_cpus_read_every_entry_and_one_more_is_refused_in_one_
         match=r"^the actor pool cannot be placed: 3 actors of 1 CPU need 3 CPUs and the cluster has 2: pass actors=2$",
     ):
         read_features(live_url, "two-actors", actors=3)
+
+
+def test_rows_come_in_batches_of_similar_lengths_when_asked(live_url: str) -> None:
+    """`bucket_batch=2`: the snapshot's entries in the epoch's batches of similar token counts, in their order, so
+    `iter_torch_batches(batch_size=2)` pads each pair to little more than its own entries."""
+    with FeatureClient(live_url) as client:
+        samples = [{"text": "token " * (2 + (i * 11) % 40)} for i in range(8)]
+        written = [r.manifest for r in client.extract(samples).results]
+        client.create_dataset("by-length", [m.feature_key() for m in written])
+    lengths = [m.num_tokens for m in written]
+    source = read_features(live_url, "by-length", actors=2, batch_size=2, bucket_batch=2, seed=5)
+    got = [
+        batch["attention_mask"].sum(dim=1).tolist()
+        for batch in source.iter_torch_batches(batch_size=2, collate_fn=pad_features)
+    ]
+    assert got == [[lengths[p] for p in batch] for batch in bucketed_batches(lengths, 2, seed=5)]
