@@ -30,7 +30,7 @@ from ray.data.collate_fn import NumpyBatchCollateFn
 from client.client import FeatureClient
 from client.errors import DirectReadsUnavailableError
 from client.training.collate import Sample, pad_collate
-from client.training.length_buckets import bucketed_batches
+from client.training.length_buckets import bucketed_batches, sharded
 from client.training.ray_pools import check_fits, runs_tasks
 from client.training.torch_data import to_sample
 from schemas.datasets import DatasetIndex
@@ -122,12 +122,14 @@ def read_features(
             first = index.key(0) if len(index) else None
             order = np.arange(len(index))
             if bucket_batch is not None:
-                order = np.array(_in_buckets(index.records["tokens"], bucket_batch, seed), dtype=np.int64)
+                buckets = bucketed_batches(index.records["tokens"], bucket_batch, seed)
+                order = np.array(sharded(buckets, 0, 1), dtype=np.int64)
             source = _positions(order, actors, bucket_batch or batch_size)
         else:
             listed = list(client.keys(**listing))
             if bucket_batch is not None:
-                listed = [listed[i] for i in _in_buckets([entry.num_tokens for entry in listed], bucket_batch, seed)]
+                buckets = bucketed_batches([entry.num_tokens for entry in listed], bucket_batch, seed)
+                listed = [listed[i] for i in sharded(buckets, 0, 1)]
             texts = [entry.key().model_dump_json(exclude_none=True) for entry in listed]
             first = FeatureKey.model_validate_json(texts[0]) if texts else None
             source = ray.data.from_items([{"key": text} for text in texts])
@@ -145,10 +147,6 @@ def read_features(
     if bucket_batch is not None:  # the buckets' order is the point: Ray keeps it only when asked
         read.context.execution_options.preserve_order = True
     return read
-
-
-def _in_buckets(lengths: Any, bucket_batch: int, seed: int) -> list[int]:
-    return [position for batch in bucketed_batches(lengths, bucket_batch, seed) for position in batch]
 
 
 def _positions(order: np.ndarray, actors: int, batch_size: int) -> ray.data.Dataset:

@@ -22,7 +22,7 @@ from schemas.device_run import DeviceRun, LayerMode
 from schemas.featureset import FeatureSet
 from schemas.manifest import HIDDEN_STATES
 from service.extraction.bit_checks import BitChecks, TokenSequence
-from service.extraction.fingerprints import degraded_modes, fingerprint_of
+from service.extraction.fingerprints import degraded_modes, device_name, fingerprint_of
 from service.extraction.host_copies import HostCopies
 from service.extraction.layer_graphs import LayerGraphs, LayerRecorder
 from service.extraction.memory_plan import MemoryPlan, MemoryPlans
@@ -93,7 +93,7 @@ class Extractor:
         failure = self.graphs.failure if self.graphs is not None else None
         mode = LayerMode.REPLAYED if self.recorder is not None and failure is None else LayerMode.EAGER
         return DeviceRun(
-            device=self.fingerprint(backend).device,
+            device=device_name(self.loaded),  # read at every scrape: not a whole fingerprint
             layer_mode=mode,
             layer_mode_reason=self.layer_mode_reason,
             degraded=degraded_modes(failure, self.checks.refusals()),

@@ -23,14 +23,13 @@ def fingerprint_of(
     attention: AttentionKernel | None,
     replayed: bool,
 ) -> Fingerprint:
-    device = loaded.device
     implementation = str(loaded.config._attn_implementation)
     return Fingerprint(
         torch=torch.__version__,
         transformers=transformers.__version__,
         fla=version_of("flash-linear-attention"),
         causal_conv1d=version_of("causal-conv1d"),
-        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        device=device_name(loaded),
         dtype=str(loaded.model.dtype).removeprefix("torch."),
         attn_implementation=implementation,
         attention_kernel=attention if implementation == "sdpa" else None,  # only sdpa's kernels are pinned
@@ -42,6 +41,11 @@ def fingerprint_of(
         quantization=quantization.describe() if (quantization := loaded.quantization) else None,
         fp8_gemm=gemm_counts(loaded.model) if quantization else None,
     )
+
+
+def device_name(loaded: LoadedModel) -> str:
+    """The GPU model (or `cpu`) a fingerprint names and `/v1/info` shows."""
+    return torch.cuda.get_device_name(loaded.device) if loaded.device.type == "cuda" else "cpu"
 
 
 def degraded_modes(graph_failure: str | None, fusion_refusals: dict[Backend, str]) -> dict[str, str]:
