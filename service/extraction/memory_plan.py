@@ -4,8 +4,11 @@ device has free once the weights are in and what a pack's rows cost here, measur
 Why measured, not estimated from the config: what a row costs is the kernels' (fla's chunk states, the per-sequence
 GEMMs and norms of own-rows packs, cuBLAS's workspaces) and, where layers are replayed, the graph pools' besides. The
 service sized packs at a fixed 16,384 rows, which an H200 held and an 80 GB H100 did not (#61): recording a layer kind
-ran out of memory there. So two calibration packs (`CALIBRATION_ROWS`, random tokens, every decoder layer, eager)
-give a row's bytes as the slope of their peaks and the fixed part as the intercept; replayed layers' graph pools
+ran out of memory there. So calibration packs (`CALIBRATION_ROWS`, random tokens, every decoder layer, eager) give a
+row's bytes as the slope of their peaks and the fixed part as the intercept, after an unmeasured first pack: a
+kernel's first call (Triton's autotuning, lazily made workspaces) can add a passing peak to whichever pack runs first,
+which flattened the slope of two packs to a third of a row's bytes on one H100 load of two (62 KB against 183 KB: a
+longest sequence the card would not hold). The line lies on or above every measured peak; replayed layers' graph pools
 are added by their measured share of a row, the stored layers of a featureset by their size, and the chunked
 lm_head of one whose heads are asked for by its chunk's. A margin covers the allocator's rounding; a headroom stays
 free for everything else on the card.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 
@@ -30,7 +34,7 @@ from service.model.loader import LoadedModel
 log = logging.getLogger("hsstore.extraction")
 
 GIB = 1 << 30
-CALIBRATION_ROWS = (2048, 4096)
+CALIBRATION_ROWS = (2048, 4096, 8192)  # measured, after an unmeasured pack of the first size
 ROW_STEP = 1024  # pack shapes are multiples of this (and so of every pack policy's alignment)
 MARGIN = 1.15  # on the measured bytes per row: the caching allocator rounds and splits blocks
 # What replayed layers' graph pools hold per row, against a pack's eager peak per row: the pools of the two kinds of
@@ -107,11 +111,13 @@ class MemoryPlan:
         configured_rows: int,
         replayed: bool = False,
     ) -> MemoryPlan:
-        """The plan from calibration peaks (rows -> peak bytes above what was allocated before): the line through
-        the smallest and the largest."""
-        low, high = min(peaks), max(peaks)
-        per_row = max((peaks[high] - peaks[low]) // max(high - low, 1), 1)
-        fixed = max(peaks[low] - per_row * low, 0)
+        """The plan from calibration peaks (rows -> peak bytes above what was allocated before): the steepest slope
+        between neighbouring sizes, through the highest of the peaks against it, so no measured pack lies above the
+        line (a peak that grows faster than linearly is not under-counted at the rows beyond)."""
+        sizes = sorted(peaks)
+        slopes = [(peaks[b] - peaks[a]) // (b - a) for a, b in pairwise(sizes)]
+        per_row = max([*slopes, 1])
+        fixed = max(max(peaks[rows] - per_row * rows for rows in sizes), 0)
         return cls(total, free, per_row, fixed, hidden_size, vocab_size, configured_rows, replayed=replayed)
 
 
@@ -143,6 +149,8 @@ class MemoryPlans:
         free_now, total = torch.cuda.mem_get_info(device)
         base = torch.cuda.memory_allocated(device)
         free = free_now + torch.cuda.memory_reserved(device) - base  # the allocator's free blocks are ours to reuse
+        self.calibrate(CALIBRATION_ROWS[0], backend, how)  # unmeasured: every kernel's first call done
+        torch.cuda.synchronize(device)
         peaks = {}
         for rows in CALIBRATION_ROWS:
             torch.cuda.reset_peak_memory_stats(device)
@@ -154,11 +162,12 @@ class MemoryPlans:
         plan = MemoryPlan.fitted(peaks, total, free, *geometry, self.configured_rows, replayed=self.replayed)
         default = FeatureSet.default_for(self.loaded.num_layers)
         log.info(
-            "memory plan for %s on %s: %.1f GiB free after the weights, %d bytes a row (+%.1f GiB), packs of %d "
-            "rows, the longest sequence %d tokens (default featureset)",
+            "memory plan for %s on %s: %.1f GiB free after the weights, peaks %s, %d bytes a row (+%.1f GiB), packs "
+            "of %d rows, the longest sequence %d tokens (default featureset)",
             backend.value,
             torch.cuda.get_device_name(device),
             free / GIB,
+            {rows: f"{peak / GIB:.2f} GiB" for rows, peak in peaks.items()},
             plan.per_row,
             plan.fixed / GIB,
             plan.pack_rows(default),

@@ -45,6 +45,21 @@ def test_a_plan_is_the_line_through_its_calibration_peaks() -> None:
     assert full.rows_that_fit(default) == 0  # nothing fits: the composition root refuses to start
 
 
+def test_no_measured_peak_lies_above_the_plan() -> None:
+    """A passing peak in one calibration pack (a kernel's first call) or a peak growing faster than its rows must not
+    flatten the slope: the plan takes the steepest neighbouring slope, through the highest peak against it."""
+    per_row, fixed, default = 183_000, GIB // 2, FeatureSet.default_for(64)
+    line = {rows: fixed + rows * per_row for rows in (2048, 4096, 8192)}
+    inflated_first = {**line, 2048: line[2048] + 250_000_000}
+    steeper_late = {**line, 8192: line[8192] + 4096 * 60_000}
+    for peaks, slope in [(inflated_first, per_row), (steeper_late, per_row + 60_000)]:
+        plan = MemoryPlan.fitted(peaks, **H100)
+        assert plan.per_row == slope
+        assert all(plan.fixed + rows * plan.per_row >= peak for rows, peak in peaks.items()), (plan, peaks)
+    steeper = MemoryPlan.fitted(steeper_late, **H100).longest_sequence(default)
+    assert steeper < MemoryPlan.fitted(line, **H100).longest_sequence(default)
+
+
 @pytest.fixture
 def planned(settings: Settings, tiny_loaded: LoadedModel, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Any]]:
     """A live service with CPU packs of 16,384 rows asked for, and a plan for the torch backend (the CPU's) where a
