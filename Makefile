@@ -18,6 +18,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	scripts/postgres-for-tests.sh  # the machine's Postgres, started if down (the catalog's Postgres tests need it)
 	scripts/packages-for-tests.sh  # Debian's Prometheus and Chromium, installed if missing (deploy/ and status page tests)
+	scripts/speculators-for-tests.sh  # speculators' trainer in an environment of its own, once (its backend test)
 	$(PY) -m ruff check .
 	$(VENV)/bin/lint-imports --no-cache  # the layering contracts in pyproject.toml
 	$(PY) -m mypy  # the annotations, checked (strict on schemas/ and compute/; pyproject.toml's [tool.mypy])
