@@ -1,12 +1,12 @@
-"""Submitting, reading and cancelling warm jobs. Every sample is prepared (validated and tokenised) at submission,
-so a bad one is refused with a 4xx naming it and the job is never created; the job and all its items land in one
-transaction. A job of 10^6 samples is read as it is prepared and inserted, in bounded memory; its counts are kept
-current, so a status poll reads one row."""
+"""Submitting, reading and cancelling warm jobs. Every sample is prepared (validated and tokenised) once, at
+submission, so a bad one is refused with a 4xx naming it and the job is never created; the job and all its items land
+in one transaction. A job of 10^6 samples is read as it is prepared, spooled to disk and inserted, in bounded memory;
+its counts are kept current, so a status poll reads one row."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,12 +26,13 @@ from schemas.keys import MIN_PREFIX
 from schemas.states import ItemState, JobState
 from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
-from service.catalog.job_records import JobRecord, NewItem
+from service.catalog.job_records import JobRecord
 from service.catalog.protocol import JobStore
 from service.core.gpu_time.gate import configured
 from service.core.gpu_time.windows import Windows
 from service.core.write.prepare import RequestPreparer
 from service.errors import AmbiguousEntry, JobNotFound, TooLarge
+from service.jobs.item_spool import ItemSpool
 from service.model.loader import ModelSpec
 
 
@@ -43,26 +44,34 @@ class JobQueue:
         self.preparer = preparer
 
     def submit(self, request: JobRequest) -> JobStatus:
-        return self.submit_samples(request, lambda: iter(request.samples))
+        return self.submit_samples(request, request.samples)
 
-    def submit_samples(self, options: JobOptions, samples: Callable[[], Iterator[Any]]) -> JobStatus:
-        """A job of the samples `samples()` yields (called twice: a JSONL upload is read as it is parsed, never held
-        as a list). Every sample is checked against the model first (validated and tokenised, a batch at a time,
-        nothing kept): a bad one is refused naming it, and no job is made. Then the job and its items land in one
-        transaction, the samples parsed again (no tokenising) as they are inserted."""
+    def submit_samples(self, options: JobOptions, samples: Iterable[Any]) -> JobStatus:
+        """A job of `samples` (a JSONL upload is read as it is parsed, never held as a list). Each sample is
+        prepared once, a batch at a time (validated and tokenised against the model: a bad one is refused naming
+        it, and no job is made) and spooled to disk; then the job and its items land in one transaction."""
         spec = configured(self.spec)
         greedy = greedy_tokens(options.completion) if options.completion else None
         featureset, backends = self.preparer.targets(spec, options.featureset, options.backends)
-        count = 0
-        for count, _ in enumerate(self.preparer.each(spec, samples(), greedy), 1):
-            if count > MAX_JOB_SAMPLES:
-                raise TooLarge(f"a job holds at most {MAX_JOB_SAMPLES:,} samples; split this one")
-        job = JobRecord(
+        with ItemSpool() as spool:
+            for index, prepared in enumerate(self.preparer.each(spec, samples, greedy)):
+                if index >= MAX_JOB_SAMPLES:
+                    raise TooLarge(f"a job holds at most {MAX_JOB_SAMPLES:,} samples; split this one")
+                completion = prepared.parsed.sample.completion
+                wants_greedy = completion.greedy.max_new_tokens if completion and completion.greedy else None
+                spool.add(index, prepared.sample, prepared.parsed.prompt_hash, wants_greedy)
+            job = self._record(options, featureset, [b.value for b in backends])
+            self.jobs.create_job(job, spool.items(job.backends))
+        return self.status(job.id)
+
+    @staticmethod
+    def _record(options: JobOptions, featureset: FeatureSet, backends: list[str]) -> JobRecord:
+        return JobRecord(
             id=uuid.uuid4().hex,
             state=JobState.QUEUED,
             priority=options.priority,
             run_now=options.run_now,
-            backends=[b.value for b in backends],
+            backends=backends,
             featureset=featureset.canonical(),
             completion=options.completion,
             created_at=utc_now(),
@@ -71,15 +80,6 @@ class JobQueue:
             tokens=0,
             busy_s=0.0,
         )
-        self.jobs.create_job(job, self._items(samples(), greedy, [b.value for b in backends]))
-        return self.status(job.id)
-
-    def _items(self, samples: Iterator[Any], greedy: int | None, backends: list[str]) -> Iterator[NewItem]:
-        for index, raw in enumerate(samples):
-            sample, parsed = self.preparer.parsed(raw, index, greedy)
-            completion = parsed.sample.completion
-            wants_greedy = completion.greedy.max_new_tokens if completion and completion.greedy else None
-            yield from (NewItem(index, backend, sample, parsed.prompt_hash, wants_greedy) for backend in backends)
 
     def _job(self, job_id: str) -> JobRecord:
         """The job with this id, or with this unique prefix of an id (as listings print them)."""

@@ -74,9 +74,10 @@ async def submit(
 
 
 async def _submit_jsonl(jobs: JobQueue, options: JobOptions, body: bytes) -> JobStatus:
-    """Read as it is prepared, twice (checked, then stored): never a list of the upload's 10^6 samples."""
+    """Read as it is prepared (once; spooled to disk until the job is inserted): never a list of the upload's 10^6
+    samples."""
     try:
-        return await run_in_threadpool(jobs.submit_samples, options, lambda: iter_jsonl(body, "the upload"))
+        return await run_in_threadpool(jobs.submit_samples, options, iter_jsonl(body, "the upload"))
     except JsonlError as exc:
         raise InvalidRequest(str(exc)[:2000]) from None
 

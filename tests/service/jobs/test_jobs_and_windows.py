@@ -4,6 +4,7 @@ from SGLang before the window; bad submissions are refused whole; the model load
 from __future__ import annotations
 
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,8 +12,12 @@ import httpx
 import pytest
 
 from client import FeatureClient
+from schemas.job_api import JobOptions
 from service.core.gpu_time.windows import ScheduledWindow, Windows
-from service.main import create_app
+from service.core.write import prepare
+from service.errors import InvalidSample
+from service.main import build_services, create_app
+from service.model import loader
 from service.settings import Settings
 from tests.conftest import LiveServer, wait_for
 from tests.support.slow_writes import slow_writes
@@ -124,6 +129,34 @@ def test_jsonl_upload_several_backends_cancel_and_errors(settings: Settings, tin
             assert word in response.json()["error"]["message"], response.text
         assert len(http.get("/v1/jobs").json()["jobs"]) == 1
         assert http.get("/v1/jobs/nope").status_code == 404
+
+
+def test_each_sample_of_a_job_is_parsed_and_tokenised_once(
+    settings: Settings, tiny_loaded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's samples are prepared in one pass and spooled to disk until the job is inserted (#63: a 10^6-sample
+    job was parsed twice); a bad sample at the end still leaves no job."""
+    parsed, tokenised = Counter[int](), Counter[str]()
+    parse, encode_many = prepare.parse_sample, loader.encode_many
+    monkeypatch.setattr(
+        prepare, "parse_sample", lambda sample, index=None: (parsed.update([index]), parse(sample, index))[1]
+    )
+
+    def counted(batch: list, *args: object) -> list:
+        tokenised.update(p.prompt_hash for p in batch)
+        return encode_many(batch, *args)
+
+    monkeypatch.setattr(loader, "encode_many", counted)
+    made = build_services(settings, tiny_loaded)
+    samples = [{"text": f"sample {i}"} for i in range(2500)]
+    job = made.queue.submit_samples(JobOptions(backends=["torch"]), iter(samples))  # an iterator: read once
+    assert job.total == 2500 and made.queue.status(job.id).pending == 2500
+    assert set(parsed.values()) == {1} and len(parsed) == 2500
+    assert set(tokenised.values()) == {1} and len(tokenised) == 2500
+    with pytest.raises(InvalidSample, match=r"samples\[2500\]"):
+        made.queue.submit_samples(JobOptions(backends=["torch"]), iter([*samples, {"text": ""}]))
+    assert [j.id for j in made.queue.list().jobs] == [job.id]
+    made.close()
 
 
 def test_run_now_needs_admin(settings: Settings, tiny_loaded) -> None:
