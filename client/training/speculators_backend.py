@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from hs_connectors import HiddenStatesBackend, HiddenStatesTransfer
 
-from client.client import DEFAULT_URL
+from client.client import DEFAULT_URL, FeatureClient
 from client.training.cache_through import OnMissing
 from client.training.speculators_hook import PTH_NAME, install, uninstall
 from client.training.torch_data import FeatureDataset
@@ -67,11 +67,9 @@ def _rows(data_path: str) -> list[dict[str, Any]]:
     return [{"token_ids": [int(t) for t in ids]} for ids in column]
 
 
-def _pinned(reads_url: str, token: str | None, dataset: str, rows: Sequence[dict[str, Any]]) -> list[FeatureKey]:
+def _pinned(url: str, token: str | None, dataset: str, rows: Sequence[dict[str, Any]]) -> list[FeatureKey]:
     """Each row's entry in snapshot `dataset`: an error naming the rows it does not hold."""
-    from client.client import FeatureClient
-
-    with FeatureClient(reads_url, token) as client:
+    with FeatureClient(url, token) as client:
         index = client.dataset(dataset)
     position = {index.records[i]["prompt_hash"].tobytes().hex(): i for i in range(len(index))}
     hashes = [prompt_hash(row) for row in rows]
@@ -82,6 +80,19 @@ def _pinned(reads_url: str, token: str | None, dataset: str, rows: Sequence[dict
             f"{missing[0]}): snapshot them, or train without --hsstore-dataset to extract what is missing"
         )
     return [index.key(position[h]) for h in hashes]
+
+
+def _ends_with_the_final_layer(url: str, token: str | None, featureset: FeatureSet) -> None:
+    """speculators splits the last layer off as the verifier's final hidden states: it must be the model's last
+    decoder layer (checked where the service names its model)."""
+    with FeatureClient(url, token) as client:
+        model = client.info().model
+    if model is not None and featureset.layers[-1] != model.num_layers - 1:
+        raise ValueError(
+            f"--hsstore-layers must end with the final layer ({model.num_layers - 1} of this {model.num_layers}-layer "
+            f"model), which speculators splits off as verifier_last_hidden_states; they end with "
+            f"{featureset.layers[-1]}"
+        )
 
 
 def _first_rank() -> bool:
@@ -122,6 +133,7 @@ class HsstoreBackend(HiddenStatesBackend):
         if not args.hsstore_layers:
             raise ValueError("--hidden-states-backend hsstore needs --hsstore-layers (or --hsstore-dataset)")
         featureset = FeatureSet(layers=parse_layers(args.hsstore_layers), dtype=args.hsstore_dtype)
+        _ends_with_the_final_layer(args.hsstore_url, token, featureset)
         on_missing: OnMissing = args.hsstore_on_missing
         if on_missing == "extract" and not _first_rank():
             on_missing = "wait"  # rank 0 submits the one job

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pickle
 import tempfile
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any
 
 from service.catalog.job_records import NewItem
@@ -19,11 +18,9 @@ class ItemSpool:
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile()  # noqa: SIM115  # closed by __exit__; gone if the process dies
         self._batch: list[tuple[int, Any, str, int | None]] = []
-        self.count = 0
 
     def add(self, index: int, sample: Any, prompt_hash: str, greedy_tokens: int | None) -> None:
         self._batch.append((index, sample, prompt_hash, greedy_tokens))
-        self.count += 1
         if len(self._batch) >= BATCH:
             self._flush()
 
@@ -47,5 +44,5 @@ class ItemSpool:
     def __enter__(self) -> ItemSpool:
         return self
 
-    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._file.close()

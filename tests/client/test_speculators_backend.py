@@ -7,7 +7,8 @@ One data folder of rows as speculators' prepare step writes them (input_ids, los
 stored beforehand. Trained on the store, the other half is extracted through the service (one warm job) and stored;
 the losses of every step equal, bit for bit, those of training on the same entries exported to speculators' files
 (`hsstore export --format speculators`) and read by its own file backend; a second run extracts nothing; a run pinned
-to a snapshot reads the same; a snapshot that lacks a row is refused before the first step."""
+to a snapshot reads the same; layers that do not end with the final one, and a snapshot that lacks a row, are
+refused before the first step."""
 
 from __future__ import annotations
 
@@ -120,6 +121,12 @@ def test_the_trainer_reads_the_store_as_it_reads_exported_files(
     client.create_dataset("speculators-run", [key.key() for key in chosen.keys])
     pinned = [*store, "--hsstore-dataset", "speculators-run"]
     assert _losses(_train(python, data, tmp_path / "pinned", pinned), tmp_path / "pinned") == on_store
+
+    not_final = [*store[:-1], "1,3,5"]  # the draft's layers without the final one, which speculators splits off
+    refused = _train(python, data, tmp_path / "not-final", not_final)
+    assert refused.returncode != 0 and "--hsstore-layers must end with the final layer (7 of this 8-layer" in (
+        refused.stderr
+    )
 
     client.create_dataset("one-short", [key.key() for key in chosen.keys[:-1]])
     short = _train(python, data, tmp_path / "short", [*store, "--hsstore-dataset", "one-short"])
