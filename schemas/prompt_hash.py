@@ -20,7 +20,6 @@ from typing import Any
 
 from schemas.json_limits import SAMPLE_LIMITS, JsonLimitError, JsonLimits, check_members, check_scalar
 
-
 # json.dumps with options builds an encoder per call (a fifth of a job's hashing, #63); this one is json.dumps's
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
