@@ -13,6 +13,7 @@ as committed (HEAD), so commit first.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -60,7 +61,7 @@ def submit(tree: Path, engine: str, model: Path, upload: Path, work: Path, port:
         "PYTHONPATH": str(tree),
         **catalog(engine),
     }
-    with Server(env) as server:
+    with contextlib.chdir(tree), Server(env) as server:  # `python -m` puts its cwd first on the path: the tree's
         done = subprocess.run(
             [sys.executable, "-c", _SUBMIT, server.url, str(upload)], env=env, cwd=tree, capture_output=True, text=True
         )
