@@ -37,6 +37,12 @@ def bucketed_batches(
     return [batches[i].tolist() for i in rng.permutation(len(batches))]
 
 
+def batch_count(count: int, batch_size: int, window: int = WINDOW) -> int:
+    """How many batches `bucketed_batches` cuts `count` entries into (each window's last batch may be short)."""
+    full, rest = divmod(count, batch_size * window)
+    return full * window + -(-rest // batch_size)
+
+
 def sharded(batches: list[list[int]], shard: int, shards: int) -> list[int]:
     """This shard's positions: whole batches (batch b goes to shard b mod shards), so each shard's stream, read
     `batch_size` at a time, is made of buckets."""
@@ -79,5 +85,5 @@ class LengthBatches(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         return iter(self._mine())
 
-    def __len__(self) -> int:
-        return len(self._mine())
+    def __len__(self) -> int:  # counted, not cut: a DataLoader asks it apart from iterating
+        return len(range(self.rank, batch_count(len(self.lengths), self.batch_size, self.window), self.world_size))

@@ -53,6 +53,12 @@ def varied(client: FeatureClient) -> list[Manifest]:
     return written
 
 
+@pytest.mark.parametrize(("count", "rank", "world"), [(4000, 0, 1), (4000, 1, 3), (1000, 2, 3), (7, 0, 2), (0, 0, 1)])
+def test_a_length_sampler_counts_the_batches_it_gives(count: int, rank: int, world: int) -> None:
+    sampler = LengthBatches(_mix("short")[:count], batch_size=8, seed=1, rank=rank, world_size=world)
+    assert len(sampler) == len(list(sampler))  # counted without cutting the epoch
+
+
 def _lengths(batches: Iterator[dict]) -> list[list[int]]:
     return [batch["attention_mask"].sum(dim=1).tolist() for batch in batches]
 
