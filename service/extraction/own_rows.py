@@ -7,9 +7,10 @@ shape follows its row count, so packs that ran them over the whole pack gave bit
 does not, from layer 1 on. What stays packed computes each output element from its own inputs by one function at any
 shape: torch's pointwise kernels and our fused ones on CUDA (proven on every bfloat16 input), views, copies and the
 embedding's gather. Everything else runs here per sequence, on the modules listed in `own_rows_targets` (every linear
-layer, FP8 ones included, and every RMSNorm), or in packing.py (the token mixers). A test traces every aten op of a
-pack and of each sequence's own forward and holds the two equal for every op that is not pointwise, a view or a copy
-(tests/service/extraction/test_own_rows.py).
+layer, FP8 ones included, and every RMSNorm), or in packing.py (the token mixers); the fused norms' mean, a reduction
+whose rows keep their bits at any count from 16 on (`ROW_WISE_MEAN_ROWS`), runs once over the pack. A test traces
+every aten op of a pack and of each sequence's own forward and holds the two equal for every op that is not pointwise,
+a view or a copy (tests/service/extraction/test_own_rows.py).
 
 A sequence's slice of a packed tensor is handed on as it is where its strides are what the op would see alone (up to
 the stride of a size-1 axis, which no kernel reads), and as a copy laid out so otherwise (`alone`). Starts are
@@ -31,6 +32,13 @@ from service.model.fp8_weights import Fp8Linear
 from service.model.fused import FusedForwards
 
 Spans = list[tuple[int, int]]  # each sequence's [start, end) token rows in the pack
+# From this many means of rows of at least so many columns on, CUDA's mean over the last axis reduces every row the
+# same way whatever the count: torch's reduction (Reduce.cuh) gives each row one warp of 32 lanes once 16 rows fill a
+# block; fewer rows get wider rows of lanes (narrower rows, blocks of more rows), so another order of additions. A
+# norm's means over a whole pack then give each sequence of at least this many means the bits of its own forward
+# (tests/gpu hold them at the 27B width: 5,120, 256 and 128 columns); shorter ones run again at their own rows.
+ROW_WISE_MEAN_ROWS = 16
+ROW_WISE_MEAN_COLUMNS = 128
 
 
 def alone(part: torch.Tensor, axis: int, tokens: int) -> torch.Tensor:
@@ -88,13 +96,17 @@ class PackRows:
         return out
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
-        """`x.mean(-1, keepdim=True)` of each sequence's rows at those rows alone, straight into its rows of the
-        packed result (`mean`'s out form is the same kernel)."""
+        """`x.mean(-1, keepdim=True)` of each sequence's rows as at those rows alone: one launch over the pack, then
+        again at its own rows for each sequence too short for that launch to give its bits (`ROW_WISE_MEAN_ROWS`),
+        straight into its rows of the result (`mean`'s out form is the same kernel)."""
         axis, per_token = token_axis(x, self.tokens)
-        out = x.new_empty((*x.shape[:-1], 1))
+        whole = x.shape[-1] >= ROW_WISE_MEAN_COLUMNS
+        out = x.mean(-1, keepdim=True) if whole else x.new_empty((*x.shape[:-1], 1))
+        means_per_token = out.numel() // self.tokens  # a per-head norm takes one mean per head of each token
         for start, end in self.spans:
-            rows = out.narrow(axis, start * per_token, (end - start) * per_token)
-            torch.mean(sequence_part(x, start, end, self.tokens), -1, keepdim=True, out=rows)
+            if not whole or (end - start) * means_per_token < ROW_WISE_MEAN_ROWS:
+                rows = out.narrow(axis, start * per_token, (end - start) * per_token)
+                torch.mean(sequence_part(x, start, end, self.tokens), -1, keepdim=True, out=rows)
         return out
 
 
@@ -187,7 +199,7 @@ def _own_rows_forward(module: nn.Module, rows: PackRows, inputs: _QuantizedInput
 def own_rows(roots: Sequence[nn.Module], rows: PackRows, fused: FusedForwards | None) -> Iterator[None]:
     """While the block runs, each of the row-count-dependent modules under `roots` runs once per sequence of the pack
     `rows` describes: linear layers here, norms here too unless `fused` gives them forwards that take the pack's rows
-    themselves (their square and tail pointwise over the pack, only the mean per sequence)."""
+    themselves (their square and tail pointwise over the pack, the mean too but for sequences under 16 means)."""
     targets = [m for m in own_rows_targets(roots) if fused is None or not fused.replaces(m)]
     saved = [(module, module.__dict__.get("forward")) for module in targets]
     inputs = _QuantizedInputs(rows)

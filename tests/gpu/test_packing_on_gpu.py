@@ -1,6 +1,7 @@
 """Packed forwards on the GPU, for every backend: a 1,700-token sample gets identical bits alone in its pack, among
 other neighbours, and at other offsets (0, an offset after a 3,000-token neighbour, one after two); CUDA packs by
-default, and its entries' audits reproduce them alone. Run on the device: python -m pytest -m gpu tests/gpu"""
+default, and its entries' audits reproduce them alone; a norm's mean over a pack is each sequence's own from 16 rows on.
+Run on the device: python -m pytest -m gpu tests/gpu"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
+from service.extraction import own_rows
 from service.extraction.packing import plan_packs
 from service.main import build_services
 from service.model.devmodel import build_devmodel
@@ -78,3 +80,24 @@ def test_cuda_packs_by_default_and_audits_reproduce_packed_entries_alone(service
     assert {r.manifest.fingerprint.batching for r in results} == {PackPolicy(PACK).describe()}
     report = services.auditor.audit(len(samples), backend="fla")
     assert (report.total, report.reproduced) == (len(samples), len(samples))
+
+
+# The 27B's norms: the hidden size, q_norm's 24 and k_norm's 4 heads of 256, the gated norm's 48 heads of 128
+NORM_SHAPES = {"hidden": (5120, 1), "q_norm": (256, 24), "k_norm": (256, 4), "gated": (128, 48)}
+
+
+@pytest.mark.parametrize("norm", list(NORM_SHAPES))
+def test_a_norms_mean_over_a_pack_is_each_sequences_own_from_16_rows_on(norm: str) -> None:
+    """What lets `PackRows.mean` take a pack's means in one launch (own_rows.py): every row of a sequence of at least
+    `ROW_WISE_MEAN_ROWS` means gets from CUDA's mean over the pack the bits of its own forward's mean over its rows
+    alone (a fresh tensor), at starts aligned as packs align them."""
+    columns, heads = NORM_SHAPES[norm]
+    tokens = 16384
+    x = torch.rand((tokens * heads, columns), device="cuda", generator=torch.Generator("cuda").manual_seed(0)) * 3
+    whole = x.mean(-1, keepdim=True)
+    lengths = [1, 3, 4, 9, 15, 16, 17, 63, 128, 129, 1000, 2049, 8000]
+    for length in [n for n in lengths if n * heads >= own_rows.ROW_WISE_MEAN_ROWS]:
+        for start in (0, 64 * 37, 4096):
+            rows = slice(start * heads, (start + length) * heads)
+            alone = x[rows].clone().mean(-1, keepdim=True)
+            assert torch.equal(alone, whole[rows]), (norm, length, start)

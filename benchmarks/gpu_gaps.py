@@ -1,0 +1,195 @@
+"""Where the GPU waits in one pack: every idle gap between two kernels on the compute stream, charged to the op that
+launched the kernel after it (the host was still getting there) or to the host call that blocked before it (a sync),
+plus how long the host took to issue the pack against how long the GPU took to run it.
+
+    python benchmarks/gpu_gaps.py --target fp8 --mix short --out benchmarks/results/gpu-gaps-fp8-h100.json
+
+A pack of the mix's median sequence count is run lean (the forward and its copies, nothing written) twice untimed,
+then timed without the profiler, four times each way interleaved: the norms' means in one launch over the pack (now)
+and at each sequence's own rows (before; `_means_per_sequence`), medians (`issue_ms`: until the last result was handed
+out; `pack_ms`: until the GPU finished); then once under the profiler, whose chrome trace is read here: a kernel's
+gap is the time its stream sat idle before it, and the launching op is the innermost CPU op around the runtime call of
+the same correlation id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import contextlib
+import itertools
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.extract import MIXES, lengths_totalling, random_ids
+from benchmarks.records import record_header
+from schemas.backend import Backend
+from schemas.featureset import FeatureSet
+from schemas.samples import parse_sample
+from service.extraction import own_rows
+from service.extraction.packing import plan_packs
+from service.main import build_services
+from service.model.synthetic import build_synthetic, to_fp8
+from service.settings import Settings
+
+SYNCS = ("Synchronize", "cudaMemcpy ", "cudaMemcpy\0")  # runtime calls that block the host on the GPU
+
+
+@contextlib.contextmanager
+def patched(module: object, name: str, value: object) -> Iterator[None]:
+    before = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, before)
+
+
+def lean(extractor, items, featureset) -> tuple[float, float]:
+    """(ms until the last result was handed out, ms until the GPU finished) for one lean pass."""
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    pending = [p for _, p in extractor.extract_many(items, featureset, Backend.FLA)]
+    issued = time.perf_counter() - t
+    for p in pending:
+        p.wait()
+    torch.cuda.synchronize()
+    return issued * 1000, (time.perf_counter() - t) * 1000
+
+
+def gaps(trace: dict) -> dict:
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    device_kinds = ("kernel", "gpu_memcpy", "gpu_memset")
+    kernels = sorted((e for e in events if e.get("cat") in device_kinds), key=lambda e: e["ts"])
+    runtime = {e["args"].get("correlation"): e for e in events if e.get("cat") == "cuda_runtime"}
+    ops_by_tid: dict = defaultdict(list)
+    for e in events:
+        if e.get("cat") == "cpu_op":
+            ops_by_tid[e["tid"]].append(e)
+    starts: dict = {}
+    for tid, ops in ops_by_tid.items():
+        ops.sort(key=lambda e: e["ts"])
+        starts[tid] = [op["ts"] for op in ops]
+
+    def launcher(kernel: dict) -> str:
+        call = runtime.get(kernel["args"].get("correlation"))
+        if call is None:
+            return "?"
+        ops = ops_by_tid.get(call["tid"], [])
+        # back from the last op started before the call: the first that encloses it is the innermost
+        for index in range(bisect.bisect_right(starts.get(call["tid"], []), call["ts"]) - 1, -1, -1):
+            if ops[index]["ts"] + ops[index]["dur"] >= call["ts"] + call["dur"]:
+                return ops[index]["name"]
+        return call["name"]
+
+    streams: dict = defaultdict(list)
+    for k in kernels:
+        streams[k["args"].get("stream")].append(k)
+    compute = max(streams.values(), key=len)
+    idle_by_op: Counter = Counter()
+    count_by_op: Counter = Counter()
+    idle = 0.0
+    for before, after in itertools.pairwise(compute):
+        gap = after["ts"] - (before["ts"] + before["dur"])
+        if gap > 2:  # microseconds: a launch back to back leaves ~1-2
+            idle += gap
+            idle_by_op[launcher(after)] += gap
+            count_by_op[launcher(after)] += 1
+    span = compute[-1]["ts"] + compute[-1]["dur"] - compute[0]["ts"]
+    syncs = [e for e in events if e.get("cat") == "cuda_runtime" and any(s in e["name"] + "\0" for s in SYNCS)]
+    launches = Counter(e["name"] for e in events if e.get("cat") == "cuda_runtime" and "aunch" in e["name"])
+    return {
+        "compute_stream_kernels": len(compute),
+        "compute_span_ms": span / 1000,
+        "compute_idle_ms": idle / 1000,
+        "compute_idle_share": idle / span,
+        "idle_ms_by_next_launcher": {k: round(v / 1000, 2) for k, v in idle_by_op.most_common(25)},
+        "gaps_by_next_launcher": dict(count_by_op.most_common(25)),
+        "host_syncs": {
+            "calls": len(syncs),
+            "ms": sum(e["dur"] for e in syncs) / 1000,
+            "by_name": dict(Counter(e["name"] for e in syncs)),
+        },
+        "launch_calls": dict(launches),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", choices=("bf16", "fp8"), default="fp8")
+    parser.add_argument("--mix", choices=tuple(MIXES), default="short")
+    parser.add_argument("--layers", type=int, default=64)
+    parser.add_argument("--pack-tokens", type=int, default=16384)
+    parser.add_argument("--cuda-graphs", choices=("auto", "true", "false"), default="auto")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+
+    record: dict = {**record_header()}
+    loaded = build_synthetic("cuda", num_layers=args.layers)
+    if args.target == "fp8":
+        to_fp8(loaded)
+    graphs = args.cuda_graphs if args.cuda_graphs == "auto" else args.cuda_graphs == "true"
+    store = Path(tempfile.mkdtemp(prefix="hsstore-gaps-"))
+    settings = Settings(data_dir=store, device="cuda", pack_tokens=args.pack_tokens, cuda_graphs=graphs)
+    services = build_services(settings, loaded)
+    extractor, spec = services.models.extractor(), services.models.spec
+    featureset = FeatureSet.default_for(args.layers)
+    extractor.fusion_keeps_bits(Backend.FLA)
+    record["run"] = extractor.device_run(featureset, Backend.FLA).model_dump(mode="json")
+
+    low, high = MIXES[args.mix]
+    seed = list(MIXES).index(args.mix)
+    lengths = lengths_totalling(400_000, low, high, seed=10 + seed)
+    ids = random_ids(lengths, int(loaded.config.vocab_size), seed=20 + seed)
+    policy = extractor.pack_policy
+    assert policy is not None, "packs run on CUDA only"
+    packs = plan_packs(lengths, policy)
+    counts = sorted(len(p.segments) for p in packs)
+    pack = next(p for p in packs if len(p.segments) == counts[len(counts) // 2])
+    items = [(spec.encode(parse_sample({"token_ids": ids[s.index]}), 1 << 20), "gaps") for s in pack.segments]
+    record["pack"] = {
+        "sequences": len(pack.segments),
+        "tokens": sum(s.length for s in pack.segments),
+        "lengths": [s.length for s in pack.segments],
+    }
+    for _ in range(2):
+        lean(extractor, items, featureset)
+    # side by side, interleaved: the norms' means over the whole pack (now) and at each sequence's rows (before)
+    timed: dict[str, list[tuple[float, float]]] = {"whole": [], "per_sequence": []}
+    for _ in range(4):
+        for way, rows in (("whole", own_rows.ROW_WISE_MEAN_ROWS), ("per_sequence", sys.maxsize)):
+            with patched(own_rows, "ROW_WISE_MEAN_ROWS", rows):
+                timed[way].append(lean(extractor, items, featureset))
+    for way, runs in timed.items():
+        suffix = "" if way == "whole" else f"_means_{way}"
+        record[f"issue_ms{suffix}"] = statistics.median(t[0] for t in runs)
+        record[f"pack_ms{suffix}"] = statistics.median(t[1] for t in runs)
+    record["tok_s"] = record["pack"]["tokens"] / record["pack_ms"] * 1000
+    record["whole_means_speedup"] = record["pack_ms_means_per_sequence"] / record["pack_ms"]
+    shown = ("pack", "issue_ms", "pack_ms", "tok_s", "pack_ms_means_per_sequence", "whole_means_speedup")
+    print(json.dumps({k: record[k] for k in shown}), flush=True)
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        lean(extractor, items, featureset)
+    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+        prof.export_chrome_trace(trace.name)
+        record["profiled"] = gaps(json.loads(Path(trace.name).read_text()))
+    print(json.dumps(record["profiled"]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2))
+
+
+if __name__ == "__main__":
+    main()
