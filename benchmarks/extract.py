@@ -214,7 +214,9 @@ def main() -> None:
     parser.add_argument("--store-in", type=Path, help="where the stores lie (default: the temporary directory)")
     parser.add_argument("--writers", type=int, default=4, help="writer threads (more contend for the GIL)")
     parser.add_argument(
-        "--writer-sweep", default="8", help="other writer thread counts, each run end to end after the main pair"
+        "--writer-sweep",
+        default="8",
+        help="other writer thread counts (or writers:write_codec_threads), each run end to end after the main pair",
     )
     parser.add_argument(
         "--e2e-both-layers", default="short", help="mixes run end to end with eager and replayed layers (else default)"
@@ -256,10 +258,19 @@ def main() -> None:
     record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
 
     def e2e(
-        sequences: list[list[int]], subdir: str, writers: int = args.writers, graphs: bool | None = None
+        sequences: list[list[int]],
+        subdir: str,
+        writers: int = args.writers,
+        graphs: bool | None = None,
+        codec_threads: int = settings.write_codec_threads,
     ) -> tuple[float, float, dict]:
         """Seconds, peak activations and what else the run saw: GPU idle share and the extracting thread's waits."""
-        update = {"data_dir": store / subdir, "writer_threads": writers, "cuda_graphs": settings.cuda_graphs}
+        update = {
+            "data_dir": store / subdir,
+            "writer_threads": writers,
+            "write_codec_threads": codec_threads,
+            "cuda_graphs": settings.cuda_graphs,
+        }
         if graphs is not None:  # None: the settings' own (auto: this GPU model's default)
             update["cuda_graphs"] = graphs
         run = build_services(settings.model_copy(update=update), loaded)
@@ -378,10 +389,12 @@ def main() -> None:
             flush=True,
         )
         sweep = record[f"{mix}_e2e_by_writers"] = {}
-        for writers in [int(w) for w in args.writer_sweep.split(",") if w]:
-            elapsed, _, seen = e2e(sequences, f"{mix}-w{writers}", writers)
-            sweep[writers] = {"tok_s": total / elapsed, **seen}
-            print(f"{mix} e2e with {writers} writers: {sweep[writers]}", flush=True)
+        for variant in [w for w in args.writer_sweep.split(",") if w]:
+            writers, _, codecs = variant.partition(":")
+            codec_threads = int(codecs) if codecs else settings.write_codec_threads
+            elapsed, _, seen = e2e(sequences, f"{mix}-w{writers}-c{codec_threads}", int(writers), None, codec_threads)
+            sweep[variant] = {"tok_s": total / elapsed, **seen}
+            print(f"{mix} e2e with {variant} writers(:codec threads): {sweep[variant]}", flush=True)
         record[f"{mix}_e2e_over_lean"] = record[f"{mix}_e2e_tok_s"] / record[f"{mix}_lean_tok_s"]
         # the audit of this mix's entries, then its store goes: a 1M-token mix stores ~51 GB
         audited = build_services(settings.model_copy(update={"data_dir": store / mix}), loaded)

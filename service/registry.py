@@ -35,13 +35,26 @@ def _scheme(url: str | None) -> str | None:
 
 
 def _local_store(settings: Settings, read_only: bool) -> BlobStore:
-    return LocalZarrStore(settings.data_dir, settings.chunk_tokens, read_only=read_only, codec=settings.codec)
+    return LocalZarrStore(
+        settings.data_dir,
+        settings.chunk_tokens,
+        read_only=read_only,
+        codec=settings.codec,
+        codec_threads=settings.write_codec_threads,
+    )
 
 
 def _object_store(settings: Settings, read_only: bool) -> BlobStore:
     assert settings.store_url is not None  # the table routes only a URL here
     objects = open_url(settings.store_url, settings.s3_endpoint)
-    return ObjectZarrStore(objects, settings.chunk_tokens, read_only, settings.codec, url=settings.store_url)
+    return ObjectZarrStore(
+        objects,
+        settings.chunk_tokens,
+        read_only,
+        settings.codec,
+        url=settings.store_url,
+        codec_threads=settings.write_codec_threads,
+    )
 
 
 STORES: dict[str | None, Callable[[Settings, bool], BlobStore]] = {

@@ -15,6 +15,15 @@ from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.states import TokenScope, Verify
 from service.config_file import config_file, config_file_sources
 
+# Writer threads, and the threads compressing and digesting a new blob's chunks for them (not one per core, as reads
+# have): each chunk takes and gives up the GIL a few times, and the extracting thread, which gives it up at every kernel
+# launch, waits behind every thread that wants it back. On the GPU host a thread launching tiny ops kept ~10% of its
+# rate beside 4 writers on 16 codec threads (the earlier setup), ~90% beside 2 on 2 (which write 0.44x as fast;
+# benchmarks/results/writer-gil-h100host.json); end to end, FP8 short mix, 3 on 3 was the fastest of those tried:
+# 13,222 tok/s against 12,333 for the earlier 4 on 16 (benchmarks/results/fp8-codec-sweep-h100.json).
+WRITER_THREADS = 3
+WRITE_CODEC_THREADS = 3
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HSSTORE_", extra="forbid")
@@ -116,7 +125,15 @@ class Settings(BaseSettings):
         description="chunks: every chunk read is checked against its crc32c; full: whole reads are also re-hashed "
         "against the content hash by the service (the client verifies on receipt either way: its own `verify`)",
     )
-    writer_threads: int = Field(default=4, ge=1, description="threads hashing, compressing and writing results")
+    writer_threads: int = Field(
+        default=WRITER_THREADS, ge=1, description="threads hashing, compressing and writing results"
+    )
+    write_codec_threads: int = Field(
+        default=WRITE_CODEC_THREADS,
+        ge=1,
+        description="threads compressing and digesting a new blob's chunks, shared by the writers: more write faster "
+        "but leave the extracting thread less of the GIL",
+    )
     heap: Literal["auto", "bounded", "glibc"] = Field(
         default="auto",
         description="the process's C heap: bounded (glibc's mmap threshold fixed at 128 KiB, 2 arenas: a process that "

@@ -30,7 +30,7 @@ from service.errors import ConfigError, ReadOnly, StoreUnavailable
 from service.storage.layout import ShardedReads, chunk_shape, runs
 from service.storage.protocol import Stored
 from service.storage.shard_reader import shard_key
-from service.storage.shard_writer import encode_array
+from service.storage.shard_writer import WRITE_CODEC_THREADS, encode_array
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -140,11 +140,13 @@ class ObjectZarrStore(ShardedReads):
         read_only: bool = False,
         codec: StoreCodec = DEFAULT_CODEC,
         url: str = "object store",
+        codec_threads: int = WRITE_CODEC_THREADS,
     ) -> None:
         self.store = store
         self.chunk_tokens = chunk_tokens
         self.read_only = read_only
         self.codec = codec
+        self.codec_threads = codec_threads  # the threads compressing a new blob's chunks
         self.url = url  # what it is, for messages and the startup lines
 
     def _writable(self) -> None:
@@ -166,9 +168,8 @@ class ObjectZarrStore(ShardedReads):
             return Stored(False, self._digests(tensors))
         digests = {}
         for tensor in sorted(tensors, key=lambda t: t.name):
-            encoded = encode_array(
-                tensor.numpy(), chunk_shape(tensor.shape, self.chunk_tokens), {"dtype": tensor.dtype}, self.codec
-            )
+            chunk = chunk_shape(tensor.shape, self.chunk_tokens)
+            encoded = encode_array(tensor.numpy(), chunk, {"dtype": tensor.dtype}, self.codec, self.codec_threads)
             shard = b"".join(encoded.shard)
             array = f"{prefix}/{tensor.name}"
             _calling(functools.partial(obstore.put, self.store, f"{array}/{encoded.shard_key}", shard))

@@ -7,6 +7,7 @@ blosc, crc32c and one write. Any zarr reader opens the result (tested against za
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import product
 from math import ceil, prod
@@ -19,9 +20,19 @@ from numcodecs import Blosc
 from schemas import chunks
 from schemas.chunks import DIGEST, ChunkDigests
 from schemas.codecs import BLOSC, DEFAULT_CODEC, StoreCodec
-from service.storage.shard_reader import POOL, shard_key
+from service.settings import WRITE_CODEC_THREADS
+from service.storage.shard_reader import shard_key
 
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
+# Writes' chunk codecs run on a small pool (`WRITE_CODEC_THREADS`), not on the readers' one of a thread per core
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def codec_pool(threads: int) -> ThreadPoolExecutor:
+    """The process's pool of `threads` for writes' chunk codecs: one per size, shared by every store of that size."""
+    if threads not in _POOLS:
+        _POOLS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"hsstore-write-{threads}")
+    return _POOLS[threads]
 
 
 def blosc_for(codec: StoreCodec) -> Blosc:
@@ -91,10 +102,14 @@ class EncodedArray:
 
 
 def encode_array(
-    data: np.ndarray, chunk: tuple[int, ...], attributes: dict[str, Any], codec: StoreCodec = DEFAULT_CODEC
+    data: np.ndarray,
+    chunk: tuple[int, ...],
+    attributes: dict[str, Any],
+    codec: StoreCodec = DEFAULT_CODEC,
+    threads: int = WRITE_CODEC_THREADS,
 ) -> EncodedArray:
     """`data` (little-endian) as one shard of `chunk`-shaped inner chunks (edge chunks padded with the fill value),
-    with each chunk's digest, taken from the block it compressed."""
+    with each chunk's digest, taken from the block it compressed; the chunks on `threads` codec threads."""
     shard = tuple(ceil(n / c) * c for n, c in zip(data.shape, chunk, strict=True))
     chunk_grid = [s // c for s, c in zip(shard, chunk, strict=True)]
     meta = array_metadata(data.shape, data.dtype, chunk, shard, attributes, codec)
@@ -107,7 +122,7 @@ def encode_array(
         return compressed, chunks.crc32c(compressed), chunks.chunk_digest(contiguous)
 
     coordinates = list(product(*(range(g) for g in chunk_grid)))  # C order, the order of the shard index
-    encoded = list(POOL.map(encode, coordinates))
+    encoded = list(codec_pool(threads).map(encode, coordinates))
     index = np.empty((prod(chunk_grid), 2), dtype="<u8")
     offset = 0
     for position, (compressed, crc, _) in enumerate(encoded):
@@ -129,9 +144,10 @@ def write_array(
     chunk: tuple[int, ...],
     attributes: dict[str, Any],
     codec: StoreCodec = DEFAULT_CODEC,
+    threads: int = WRITE_CODEC_THREADS,
 ) -> ChunkDigests:
     """`encode_array` into a directory."""
-    encoded = encode_array(data, chunk, attributes, codec)
+    encoded = encode_array(data, chunk, attributes, codec, threads)
     shard_file = path / encoded.shard_key
     shard_file.parent.mkdir(parents=True, exist_ok=True)
     with shard_file.open("wb") as handle:

@@ -25,7 +25,7 @@ from service.errors import ReadOnly
 from service.storage.layout import ShardedReads, chunk_shape, runs
 from service.storage.protocol import Stored
 from service.storage.shard_reader import LocalArray
-from service.storage.shard_writer import write_array, write_group
+from service.storage.shard_writer import WRITE_CODEC_THREADS, write_array, write_group
 
 
 def _fsync_tree(root: Path) -> None:
@@ -61,10 +61,12 @@ class LocalZarrStore(ShardedReads):
         chunk_tokens: int = 256,
         read_only: bool = False,
         codec: StoreCodec = DEFAULT_CODEC,
+        codec_threads: int = WRITE_CODEC_THREADS,
     ) -> None:
         self.root = Path(root)
         self.chunk_tokens = chunk_tokens
         self.codec = codec  # what new blobs are written with; every codec of `StoreCodec` reads
+        self.codec_threads = codec_threads  # the threads compressing a new blob's chunks
         self.read_only = read_only  # a replica on a read-only volume: reads only, touches nothing
         self._blobs = self.root / "blobs"
         self._manifests = self.root / "manifests"
@@ -127,7 +129,9 @@ class LocalZarrStore(ShardedReads):
         write_group(path, {"hsstore": {"content_hash": content_hash, "tensors": info}})
         # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded in the attributes
         return {
-            t.name: write_array(path / t.name, t.numpy(), self._chunk_shape(t.shape), {"dtype": t.dtype}, self.codec)
+            t.name: write_array(
+                path / t.name, t.numpy(), self._chunk_shape(t.shape), {"dtype": t.dtype}, self.codec, self.codec_threads
+            )
             for t in sorted(tensors, key=lambda t: t.name)
         }
 

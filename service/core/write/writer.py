@@ -30,6 +30,7 @@ from service.extraction.extractor import Extractor
 from service.extraction.results import PendingExtraction
 from service.metrics import Metrics
 from service.model.manager import ModelManager
+from service.settings import WRITER_THREADS
 
 # sample index -> reference completion token ids and where they came from
 Completions = Mapping[int, tuple[list[int], CompletionSource]]
@@ -82,7 +83,7 @@ class FeatureWriter:
         metrics: Metrics,
         checks: ContentChecks,
         canaries: Canaries | None,
-        writer_threads: int = 4,
+        writer_threads: int = WRITER_THREADS,
     ) -> None:
         self.recorder = recorder
         self.checks = checks
