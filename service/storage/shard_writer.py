@@ -7,6 +7,7 @@ blosc, crc32c and one write. Any zarr reader opens the result (tested against za
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import product
@@ -26,13 +27,15 @@ from service.storage.shard_reader import shard_key
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
 # Writes' chunk codecs run on a small pool (`WRITE_CODEC_THREADS`), not on the readers' one of a thread per core
 _POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()  # writer threads ask for a pool at once: one is made
 
 
 def codec_pool(threads: int) -> ThreadPoolExecutor:
     """The process's pool of `threads` for writes' chunk codecs: one per size, shared by every store of that size."""
-    if threads not in _POOLS:
-        _POOLS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"hsstore-write-{threads}")
-    return _POOLS[threads]
+    with _POOLS_LOCK:
+        if threads not in _POOLS:
+            _POOLS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"hsstore-write-{threads}")
+        return _POOLS[threads]
 
 
 def blosc_for(codec: StoreCodec) -> Blosc:
