@@ -61,7 +61,7 @@ from service.extraction.layer_graphs import graph_recorder
 from service.extraction.packing import plan_packs
 from service.main import build_services
 from service.model.synthetic import build_synthetic, to_fp8
-from service.settings import Settings
+from service.settings import WRITER_THREADS, Settings
 
 GB = 1e9
 
@@ -212,7 +212,9 @@ def main() -> None:
     parser.add_argument("--tuning-sequences", type=int, default=24, help="the untimed first pass's sequences")
     parser.add_argument("--pack-tokens", type=int, default=16384)
     parser.add_argument("--store-in", type=Path, help="where the stores lie (default: the temporary directory)")
-    parser.add_argument("--writers", type=int, default=4, help="writer threads (more contend for the GIL)")
+    parser.add_argument(
+        "--writers", type=int, default=WRITER_THREADS, help="writer threads (more contend for the GIL; the service's)"
+    )
     parser.add_argument(
         "--writer-sweep",
         default="8",
