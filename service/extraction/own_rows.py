@@ -41,6 +41,12 @@ ROW_WISE_MEAN_ROWS = 16
 ROW_WISE_MEAN_COLUMNS = 128
 
 
+def row_wise_mean(rows: int, columns: int) -> bool:
+    """Whether CUDA's mean over the last axis of `rows` rows of `columns` gives each row the bits it gets at any
+    other count of such rows (so a sequence's rows may take theirs from a launch over the whole pack)."""
+    return rows >= ROW_WISE_MEAN_ROWS and columns >= ROW_WISE_MEAN_COLUMNS
+
+
 def alone(part: torch.Tensor, axis: int, tokens: int) -> torch.Tensor:
     """A sequence's slice `part` of a packed tensor of `tokens` rows (along `axis`) laid out as the same tensor computed
     for the sequence alone is: an axis laid out outside the token axis (heads before tokens, say) strides over the
@@ -100,13 +106,13 @@ class PackRows:
         again at its own rows for each sequence too short for that launch to give its bits (`ROW_WISE_MEAN_ROWS`),
         straight into its rows of the result (`mean`'s out form is the same kernel)."""
         axis, per_token = token_axis(x, self.tokens)
-        whole = x.shape[-1] >= ROW_WISE_MEAN_COLUMNS
-        out = x.mean(-1, keepdim=True) if whole else x.new_empty((*x.shape[:-1], 1))
-        means_per_token = out.numel() // self.tokens  # a per-head norm takes one mean per head of each token
-        for start, end in self.spans:
-            if not whole or (end - start) * means_per_token < ROW_WISE_MEAN_ROWS:
-                rows = out.narrow(axis, start * per_token, (end - start) * per_token)
-                torch.mean(sequence_part(x, start, end, self.tokens), -1, keepdim=True, out=rows)
+        columns = x.shape[-1]
+        means_per_token = x.numel() // columns // self.tokens  # a per-head norm takes one mean per head of each token
+        own = [(s, e) for s, e in self.spans if not row_wise_mean((e - s) * means_per_token, columns)]
+        out = x.mean(-1, keepdim=True) if len(own) < len(self.spans) else x.new_empty((*x.shape[:-1], 1))
+        for start, end in own:
+            rows = out.narrow(axis, start * per_token, (end - start) * per_token)
+            torch.mean(sequence_part(x, start, end, self.tokens), -1, keepdim=True, out=rows)
         return out
 
 

@@ -45,8 +45,7 @@ def _row_wise_mean(func: Any, args: tuple) -> bool:
     if func.overloadpacket.__name__ != "mean" or len(args) < 2 or list(args[1]) not in ([-1], [args[0].dim() - 1]):
         return False
     columns = args[0].shape[-1]
-    rows = args[0].numel() // max(columns, 1)
-    return rows >= own_rows_module.ROW_WISE_MEAN_ROWS and columns >= own_rows_module.ROW_WISE_MEAN_COLUMNS
+    return columns > 0 and own_rows_module.row_wise_mean(args[0].numel() // columns, columns)
 
 
 def _depends_on_rows(func: Any, args: tuple) -> bool:
