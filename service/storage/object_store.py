@@ -27,10 +27,11 @@ from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.keys import is_content_hash
 from schemas.tensors import RawTensor
 from service.errors import ConfigError, ReadOnly, StoreUnavailable
+from service.settings import WRITE_CODEC_THREADS
 from service.storage.layout import ShardedReads, chunk_shape, runs
 from service.storage.protocol import Stored
 from service.storage.shard_reader import shard_key
-from service.storage.shard_writer import WRITE_CODEC_THREADS, encode_array
+from service.storage.shard_writer import encode_array
 
 if TYPE_CHECKING:
     from obstore import GetOptions
@@ -169,7 +170,9 @@ class ObjectZarrStore(ShardedReads):
         digests = {}
         for tensor in sorted(tensors, key=lambda t: t.name):
             chunk = chunk_shape(tensor.shape, self.chunk_tokens)
-            encoded = encode_array(tensor.numpy(), chunk, {"dtype": tensor.dtype}, self.codec, self.codec_threads)
+            encoded = encode_array(
+                tensor.numpy(), chunk, {"dtype": tensor.dtype}, self.codec, threads=self.codec_threads
+            )
             shard = b"".join(encoded.shard)
             array = f"{prefix}/{tensor.name}"
             _calling(functools.partial(obstore.put, self.store, f"{array}/{encoded.shard_key}", shard))

@@ -21,11 +21,10 @@ from numcodecs import Blosc
 from schemas import chunks
 from schemas.chunks import DIGEST, ChunkDigests
 from schemas.codecs import BLOSC, DEFAULT_CODEC, StoreCodec
-from service.settings import WRITE_CODEC_THREADS
 from service.storage.shard_reader import shard_key
 
 _SHUFFLE = {"noshuffle": Blosc.NOSHUFFLE, "shuffle": Blosc.SHUFFLE, "bitshuffle": Blosc.BITSHUFFLE}
-# Writes' chunk codecs run on a small pool (`WRITE_CODEC_THREADS`), not on the readers' one of a thread per core
+# Writes' chunk codecs run on a small pool (the `write_codec_threads` setting), not on the readers' thread per core
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()  # writer threads ask for a pool at once: one is made
 
@@ -109,7 +108,8 @@ def encode_array(
     chunk: tuple[int, ...],
     attributes: dict[str, Any],
     codec: StoreCodec = DEFAULT_CODEC,
-    threads: int = WRITE_CODEC_THREADS,
+    *,
+    threads: int,
 ) -> EncodedArray:
     """`data` (little-endian) as one shard of `chunk`-shaped inner chunks (edge chunks padded with the fill value),
     with each chunk's digest, taken from the block it compressed; the chunks on `threads` codec threads."""
@@ -147,10 +147,11 @@ def write_array(
     chunk: tuple[int, ...],
     attributes: dict[str, Any],
     codec: StoreCodec = DEFAULT_CODEC,
-    threads: int = WRITE_CODEC_THREADS,
+    *,
+    threads: int,
 ) -> ChunkDigests:
     """`encode_array` into a directory."""
-    encoded = encode_array(data, chunk, attributes, codec, threads)
+    encoded = encode_array(data, chunk, attributes, codec, threads=threads)
     shard_file = path / encoded.shard_key
     shard_file.parent.mkdir(parents=True, exist_ok=True)
     with shard_file.open("wb") as handle:

@@ -22,10 +22,11 @@ from schemas.files import atomic_write, fsync_dir, staging_owner, staging_path
 from schemas.keys import is_content_hash
 from schemas.tensors import RawTensor
 from service.errors import ReadOnly
+from service.settings import WRITE_CODEC_THREADS
 from service.storage.layout import ShardedReads, chunk_shape, runs
 from service.storage.protocol import Stored
 from service.storage.shard_reader import LocalArray
-from service.storage.shard_writer import WRITE_CODEC_THREADS, write_array, write_group
+from service.storage.shard_writer import write_array, write_group
 
 
 def _fsync_tree(root: Path) -> None:
@@ -130,7 +131,12 @@ class LocalZarrStore(ShardedReads):
         # zarr has no bfloat16: bf16 is kept as uint16 bit patterns, the real dtype recorded in the attributes
         return {
             t.name: write_array(
-                path / t.name, t.numpy(), self._chunk_shape(t.shape), {"dtype": t.dtype}, self.codec, self.codec_threads
+                path / t.name,
+                t.numpy(),
+                self._chunk_shape(t.shape),
+                {"dtype": t.dtype},
+                self.codec,
+                threads=self.codec_threads,
             )
             for t in sorted(tensors, key=lambda t: t.name)
         }
