@@ -10,14 +10,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from fastapi import FastAPI
-from prometheus_client.registry import Collector
 
 from schemas.featureset import FeatureSet
 from service import __version__
 from service.api import error_handlers, openapi
 from service.api import metrics as metrics_api
 from service.api.body_limit import BodyLimit
-from service.api.operator_metrics import HostCollector, QueueCollector
 from service.api.routes import ROUTERS
 from service.api.status_page import mount_status_page
 from service.catalog import KeyValue
@@ -48,7 +46,9 @@ from service.host.handover import HandoverLedger
 from service.host.sglang import SGLangClient
 from service.jobs.queue import JobQueue
 from service.jobs.runner import JobRunner
-from service.metrics import Metrics
+from service.metrics.counters import Metrics
+from service.metrics.operator import HostCollector, QueueCollector
+from service.metrics.store import StoreCollector
 from service.model.loader import LoadedModel, load_spec, load_weights
 from service.model.manager import ModelManager
 from service.registry import build_catalog, build_handover, build_store, check_data_dir
@@ -107,25 +107,6 @@ def build_extractor(settings: Settings, model: LoadedModel) -> Extractor:
             f"of the default featureset fits (free the GPU, or spread the model over more: device=cuda:0,cuda:1)"
         )
     return extractor
-
-
-def scraped_collectors(services: Services) -> list[Collector]:
-    """What a service's /metrics reads at each scrape: the store, the queue, and this host's GPU time where it runs
-    jobs (a worker serves the last alone: `serve_worker_metrics`)."""
-    collectors: list[Collector] = [metrics_api.StoreCollector(services.versions, services.store)]
-    collectors.append(QueueCollector(services.jobs))
-    if services.runner is not None:
-        collectors.append(HostCollector(services.windows, services.models))
-    return collectors
-
-
-def serve_worker_metrics(services: Services, host: str, port: int) -> None:
-    """A worker's /metrics on `port` (a thread of prometheus_client's): its GPU time and its own counters (tokens
-    extracted, write waits, SGLang canary mismatches); the queue and the store are the service's to report."""
-    from prometheus_client import start_http_server
-
-    services.metrics.registry.register(HostCollector(services.windows, services.models))
-    start_http_server(port, addr=host, registry=services.metrics.registry)
 
 
 @dataclass
@@ -192,7 +173,16 @@ def build_services(
     )
     recorder = Recorder(store, versions)
     writer = FeatureWriter(
-        recorder, versions, models, gate, preparer, metrics, checks, canaries, settings.writer_threads
+        recorder,
+        versions,
+        models,
+        gate,
+        preparer,
+        checks,
+        canaries,
+        extracted_tokens=metrics.extracted_tokens,
+        write_waits=metrics.write_wait_seconds,
+        writer_threads=settings.writer_threads,
     )
     verifier = Verifier(store, versions, kv)
     runner = None
@@ -279,8 +269,12 @@ def create_app(
         app.include_router(router)
     app.state.methods_by_path = error_handlers.methods_by_path(ROUTERS)
     app.add_middleware(metrics_api.MetricsMiddleware, metrics=services.metrics)
-    for collector in scraped_collectors(services):
-        services.metrics.registry.register(collector)
+    # what each scrape reads: the store, the queue, and this host's GPU time where it runs jobs
+    registry = services.metrics.registry
+    registry.register(StoreCollector(services.versions, services.store))
+    registry.register(QueueCollector(services.jobs))
+    if services.runner is not None:
+        registry.register(HostCollector(services.windows, services.models))
     limits = {
         "/v1/jobs": services.settings.max_job_bytes,
         "/v1/datasets": services.settings.max_job_bytes,  # up to 200,000 keys

@@ -24,7 +24,7 @@ from service.core.write.writer import FeatureWriter
 from service.extraction.extractor import Extractor
 from service.jobs.queue import JobQueue
 from service.jobs.runner import JobRunner
-from service.metrics import Metrics
+from service.metrics.counters import Metrics
 from service.model.manager import ModelManager
 from service.settings import Settings
 from service.storage.protocol import BlobStore

@@ -33,13 +33,15 @@ from tests.support.slow_writes import PAUSE_ENV
 if TYPE_CHECKING:  # imported at run time as a plugin below (an earlier import would keep pytest from rewriting it)
     from tests.support.s3_server import Bucket
 
-# the Postgres and S3-API servers', the workers', the Ray cluster's and the browser's fixtures, for every test module
+# the Postgres and S3-API servers', the workers', the Ray cluster's, the browser's and the windowed service's fixtures,
+# for every test module
 pytest_plugins = [
     "tests.support.browser",
     "tests.support.postgres_server",
     "tests.support.s3_server",
     "tests.support.workers",
     "tests.support.ray_cluster",
+    "tests.support.windowed_service",
 ]
 
 REPO = Path(__file__).resolve().parents[1]

@@ -118,7 +118,8 @@ def worker(
     import socket
     import threading
 
-    from service.main import build_services, serve_worker_metrics
+    from service.main import build_services
+    from service.metrics.worker import serve_worker
     from service.settings import Settings
 
     overrides: dict[str, object] = {"run_jobs": True}
@@ -140,7 +141,7 @@ def worker(
     alive = settings.data_dir / WORKER_HEARTBEAT
     alive.parent.mkdir(parents=True, exist_ok=True)
     if settings.metrics_port is not None:
-        serve_worker_metrics(services, settings.host, settings.metrics_port)
+        serve_worker(services.metrics, services.windows, services.models, settings.host, settings.metrics_port)
     with services.running():
         typer.echo(
             f"hsstore worker {settings.worker_name} on {settings.device}: model {settings.model_dir}, "

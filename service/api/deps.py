@@ -23,7 +23,7 @@ from service.core.write.writer import FeatureWriter
 from service.errors import Forbidden, Unauthorized
 from service.extraction.extractor import Extractor
 from service.jobs.queue import JobQueue
-from service.metrics import Metrics
+from service.metrics.counters import Metrics
 from service.model.manager import ModelManager
 from service.services import Services
 from service.settings import Settings

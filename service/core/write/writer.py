@@ -10,6 +10,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Literal, get_args
 
+from prometheus_client import Counter
+
 from schemas.api import ExtractRequest, ExtractResponse, ExtractResult
 from schemas.backend import Backend
 from schemas.content_hash import content_hash
@@ -28,7 +30,6 @@ from service.core.write.recorder import Recorder, new_manifest
 from service.core.write.single_flight import SingleFlight
 from service.extraction.extractor import Extractor
 from service.extraction.results import PendingExtraction
-from service.metrics import Metrics
 from service.model.manager import ModelManager
 from service.settings import WRITER_THREADS
 
@@ -80,9 +81,11 @@ class FeatureWriter:
         models: ModelManager[Extractor] | None,
         gate: ExtractionGate,
         preparer: RequestPreparer,
-        metrics: Metrics,
         checks: ContentChecks,
         canaries: Canaries | None,
+        *,
+        extracted_tokens: Counter,
+        write_waits: Counter,
         writer_threads: int = WRITER_THREADS,
     ) -> None:
         self.recorder = recorder
@@ -92,7 +95,8 @@ class FeatureWriter:
         self.models = models  # None on a replica without a model: it records imports only
         self.gate = gate
         self.preparer = preparer
-        self.metrics = metrics
+        # by backend; by when the extracting thread waited on the writers (between forwards, after the last)
+        self.extracted_tokens, self.write_waits = extracted_tokens, write_waits
         # Hashing, compression and writing overlap the next forward; a bound on results in flight bounds host memory.
         self._writers = ThreadPoolExecutor(max_workers=writer_threads, thread_name_prefix="hsstore-writer")
         self.max_in_flight = 2 * writer_threads
@@ -174,7 +178,7 @@ class FeatureWriter:
                 raise
             self._flights.land(key, led[key], stored)
             if added:
-                self.metrics.extracted_tokens.labels(key.backend).inc(stored.num_tokens)
+                self.extracted_tokens.labels(key.backend).inc(stored.num_tokens)
                 status = ExtractStatus.VERSION_ADDED if had_versions else ExtractStatus.EXTRACTED
             else:
                 status = ExtractStatus.EXISTING
@@ -218,7 +222,7 @@ class FeatureWriter:
                     in_flight.drain()
                 finally:
                     for when, seconds in in_flight.waited_s.items():
-                        self.metrics.write_wait_seconds.labels(when).inc(seconds)
+                        self.write_waits.labels(when).inc(seconds)
 
 
 def _with_completion(sample: PreparedSample, completion: tuple[list[int], CompletionSource] | None) -> PreparedSample:

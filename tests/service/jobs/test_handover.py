@@ -10,7 +10,7 @@ from client import FeatureClient
 from service.main import create_app
 from service.settings import Settings
 from tests.conftest import LiveServer, wait_for
-from tests.service.jobs.conftest import subsequence
+from tests.support.windowed_service import subsequence
 
 HANDOVER = [
     "release",

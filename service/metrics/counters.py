@@ -1,4 +1,4 @@
-"""Prometheus metrics, one registry per app (tests build many apps in one process)."""
+"""The counters the service's parts bump, in one registry per app (tests build many apps in one process)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from tests.support.slow_writes import slow_writes
 from tests.support.workers import cluster_env
 
 # where the screenshot of the page during a warm job goes: docs/status-page.png was made with
-# STATUS_PAGE_SCREENSHOT=docs/status-page.png pytest tests/service/jobs/test_status_page.py
+# STATUS_PAGE_SCREENSHOT=docs/status-page.png pytest tests/service/api/test_status_page.py
 SHOT_TO = "STATUS_PAGE_SCREENSHOT"
 
 

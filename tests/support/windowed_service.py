@@ -1,3 +1,7 @@
+"""A service whose GPU SGLang owns outside downtime windows: the SGLang stand-in served live, one ordered log of what
+it received and what the service's model manager did, and the settings that join them (fixtures for every test module:
+a warm job's life, its hand-over, its metrics and its status page)."""
+
 from __future__ import annotations
 
 import threading
