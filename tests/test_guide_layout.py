@@ -1,9 +1,11 @@
 """The guide's Layout section against the tree: every module it names exists where it says, every room of the service
-and every benchmark script is named there. A file added or moved without the guide fails here."""
+and every benchmark script is named there, and its layering is the one import-linter holds. A file added or moved, or
+a layer changed, without the guide fails here."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 
 from tests.conftest import REPO
 
@@ -46,3 +48,13 @@ def test_every_room_of_the_service_and_every_benchmark_is_named() -> None:
     assert [room for room in rooms if f"{room}/" not in sections["service"]] == []
     scripts = sorted(p.name for p in (REPO / "benchmarks").glob("*.py") if p.name != "__init__.py")
     assert [script for script in scripts if script not in sections["benchmarks"]] == []
+
+
+def test_the_layering_the_guide_states_is_the_contract_s() -> None:
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers" and "containers" not in c)
+    stated = re.search(r"from the\s+top down: `([^`]+)`", LAYOUT)
+    assert stated is not None, "the guide's layering paragraph names the layers from the top down"
+    assert " ".join(stated.group(1).split()) == layers["name"].removeprefix("layers: ")
+    # and the contract's name says its layers in their order
+    assert len(layers["name"].split(" > ")) == len(layers["layers"])
