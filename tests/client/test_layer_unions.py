@@ -14,7 +14,7 @@ from client import FeatureClient, FeatureDataset, NotFoundError, pad_collate
 from client.exchange import export, newest_versions
 from schemas.featureset import FeatureSet
 from schemas.states import ExtractStatus
-from tests.client.test_cache_through import _writes
+from tests.client.training.test_cache_through import _writes
 
 UNION = FeatureSet(layers=["embed", 1, 2, 5, 6])
 RECIPES = [FeatureSet(layers=[1, 5, 6]), FeatureSet(layers=[2, 5, 6]), FeatureSet(layers=["embed", 2])]

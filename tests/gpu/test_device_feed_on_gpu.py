@@ -9,7 +9,7 @@ import torch
 
 from client import DeviceFeed, pad_collate
 from compute.fp8 import dequantise, quantise
-from tests.client.test_device_feed import Reused
+from tests.client.training.test_device_feed import Reused
 from tests.gpu.marks import needs_gpu_with
 
 pytestmark = needs_gpu_with()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -13,7 +12,6 @@ import pytest
 
 from client import FeatureClient
 from schemas.job_api import JobOptions
-from service.core.gpu_time.windows import ScheduledWindow, Windows
 from service.core.write import prepare
 from service.errors import InvalidSample
 from service.main import build_services, create_app
@@ -186,51 +184,6 @@ def test_replica_without_model_refuses_jobs(tmp_path: Path) -> None:
     with LiveServer(create_app(Settings(data_dir=tmp_path / "r"))) as url, httpx.Client(base_url=url) as http:
         refused = http.post("/v1/jobs", json={"samples": [{"text": "x"}]})
         assert refused.status_code == 503 and "no model" in refused.json()["error"]["message"]
-
-
-class MemoryKV(dict):
-    def kv_get(self, name: str) -> str | None:
-        return self.get(name)
-
-    def kv_set(self, name: str, value: str | None) -> None:
-        self[name] = value
-
-
-@pytest.mark.parametrize(
-    ("spec", "moment", "is_open"),
-    [
-        ("Mon-Fri 02:00-03:30 UTC", "2026-11-30T02:15:00", True),  # a Monday
-        ("Mon-Fri 02:00-03:30 UTC", "2026-11-30T03:30:00", False),
-        ("Mon-Fri 02:00-03:30 UTC", "2026-12-05T02:15:00", False),  # Saturday
-        ("Sat,Sun 23:00-01:00 UTC", "2026-12-06T00:30:00", True),  # Sunday, in Saturday's window
-        ("Sat,Sun 23:00-01:00 UTC", "2026-12-07T00:30:00", True),  # Monday, in Sunday's window
-        ("Sat,Sun 23:00-01:00 UTC", "2026-12-08T00:30:00", False),
-        ("daily 12:00-12:30", "2026-11-30T12:10:00", True),
-    ],
-)
-def test_schedule(spec: str, moment: str, is_open: bool) -> None:
-    now = datetime.fromisoformat(moment).replace(tzinfo=UTC)
-    assert (ScheduledWindow.parse(spec).containing(now) is not None) == is_open
-
-
-@pytest.mark.parametrize("spec", ["Mon-Fri", "Funday 01:00-02:00", "Mon 25:00-26:00", "Mon 01:00-01:00", ""])
-def test_bad_schedules_are_refused(spec: str) -> None:
-    with pytest.raises(ValueError):
-        ScheduledWindow.parse(spec)
-
-
-def test_manual_open_and_close_override_the_schedule() -> None:
-    monday = datetime(2026, 11, 30, 2, 15, tzinfo=UTC)
-    windows = Windows(["Mon-Fri 02:00-03:30 UTC"], MemoryKV(), enforced=True)
-    state = windows.state(monday)
-    assert state.open and state.source == "schedule" and state.closes_at == "2026-11-30T03:30:00Z"
-    assert not windows.close(monday).open  # closed for the rest of this window...
-    assert not windows.state(datetime(2026, 11, 30, 3, 0, tzinfo=UTC)).open
-    assert windows.state(datetime(2026, 12, 1, 2, 15, tzinfo=UTC)).open  # ...not the next one
-    evening = datetime(2026, 11, 30, 20, 0, tzinfo=UTC)
-    assert windows.open(30, evening).source == "manual"
-    assert windows.seconds_left(evening) == pytest.approx(1800)
-    assert not windows.state(datetime(2026, 11, 30, 20, 31, tzinfo=UTC)).open
 
 
 def test_a_window_shorter_than_the_hand_back_margin_is_refused(windowed_settings: Settings, standin) -> None:

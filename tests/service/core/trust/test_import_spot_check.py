@@ -17,7 +17,7 @@ from service.main import create_app
 from service.model.loader import LoadedModel
 from service.settings import Settings
 from tests.conftest import LiveServer
-from tests.service.core.test_content_checks import post_import
+from tests.service.core.write.test_content_checks import post_import
 
 
 @pytest.fixture
