@@ -149,28 +149,9 @@ def build_services(
     spec = models.spec if models is not None else None
     preparer = RequestPreparer(settings.default_backend, sample_tokens_limit(settings.max_sample_tokens, spec))
     reader = FeatureReader(store, versions, settings.verify_reads)
-    checks = ContentChecks(
-        versions,
-        constant_share=settings.content_constant_rows,
-        repeated_share=settings.content_repeated_rows,
-        grow_flag=settings.content_grow_flag,
-        grow_refuse=settings.content_grow_refuse,
-        shrink_flag=settings.content_shrink_flag,
-        shrink_refuse=settings.content_shrink_refuse,
-        band_entries=settings.content_band_entries,
-        band_min_entries=settings.content_band_min_entries,
-        flag_z=settings.content_flag_z,
-        refuse_z=settings.content_refuse_z,
-    )
+    checks = ContentChecks(versions, settings.content_limits)
     canaries = Canaries(kv) if settings.canary else None
-    spot_checks = ImportChecks(
-        models,
-        kv,
-        versions,
-        first=settings.import_spot_check_first,
-        every=settings.import_spot_check_every,
-        cosine=settings.import_spot_check_cosine,
-    )
+    spot_checks = ImportChecks(models, kv, versions, settings.spot_check_limits)
     recorder = Recorder(store, versions)
     writer = FeatureWriter(
         recorder,

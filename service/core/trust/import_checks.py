@@ -40,6 +40,7 @@ from service.catalog.protocol import KeyValue, VersionCatalog
 from service.errors import InvalidRequest
 from service.extraction.extractor import Extractor
 from service.model.manager import ModelManager
+from service.settings import SpotCheckLimits
 
 SPOT_CHECK_TOKENS = 32
 _PAGE = 1_000
@@ -86,27 +87,23 @@ class ImportChecks:
         models: ModelManager[Extractor] | None,
         kv: KeyValue,
         versions: VersionCatalog,
-        first: int = 4,
-        every: int = 16,
-        cosine: float = 0.98,
+        limits: SpotCheckLimits,
     ) -> None:
         self.models = models
         self.kv = kv
         self.versions = versions
-        self.first = first
-        self.every = every
-        self.cosine = cosine
+        self.limits = limits
 
     def why(self, request: ImportRequest, parsed: ParsedSample, run: dict[str, Any] | None) -> Why:
         """`run`: the state of the import's run (None: it names none)."""
         if run is not None:
             if run["failed"]:
                 return Why.RUN_FAILED
-            if run["checked"] < self.first:
+            if run["checked"] < self.limits.first:
                 return Why.FIRST_OF_RUN
-        if self._source_checked(request) < self.first:
+        if self._source_checked(request) < self.limits.first:
             return Why.FIRST_OF_SOURCE
-        if self.every and int(parsed.prompt_hash[:8], 16) % self.every == 0:
+        if self.limits.every and int(parsed.prompt_hash[:8], 16) % self.limits.every == 0:
             return Why.SAMPLED
         return Why.NOT_SAMPLED
 
@@ -184,7 +181,7 @@ class ImportChecks:
         theirs = to_torch(tensors[HIDDEN_STATES])[: len(ids)].float()
         cosines = torch.nn.functional.cosine_similarity(mine, theirs, dim=-1).mean(dim=0).tolist()
         per_layer = {str(layer): cosine for layer, cosine in zip(featureset.layers, cosines, strict=True)}
-        return Agreement(per_layer, backend, self.cosine)
+        return Agreement(per_layer, backend, self.limits.cosine)
 
     def _record(self, manifest: Manifest, status: AuditStatus, detail: str) -> None:
         self.versions.set_audit(

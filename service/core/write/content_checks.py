@@ -6,9 +6,9 @@ checks judge what is stored, on every extraction and import, from the per-layer 
 (NaN and Inf are refused before this, where the summary is read):
 
 - a layer constant over the whole entry (all zeros among them): refused;
-- more than `constant_share` of a layer's rows (tokens) constant: refused (a single padding or zero-embedding token
+- more than `constant_rows` of a layer's rows (tokens) constant: refused (a single padding or zero-embedding token
   passes);
-- more than `repeated_share` of a layer's rows equal to the row before although the token changed: refused (one
+- more than `repeated_rows` of a layer's rows equal to the row before although the token changed: refused (one
   token's states copied to every position; no causal model computes the same state at every position);
 - a decoder layer whose std jumps from the decoder layer before it in the featureset by more than the residual
   stream grows (`grow_refuse`: 300x; flagged from `grow_flag`), or falls by more than it shrinks (`shrink_refuse`:
@@ -35,6 +35,7 @@ from schemas.manifest import LayerStats
 from service.catalog.protocol import VersionCatalog
 from service.errors import ImplausibleFeatures
 from service.extraction.stats import RowCounts
+from service.settings import ContentLimits
 
 _MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution, in standard deviations
 _MIN_LOG_SPREAD = 0.05  # a band whose entries agree closely still allows ~5% (log) of spread per sigma
@@ -44,16 +45,7 @@ _SCALES = ("std", "absmax")  # scale statistics, compared in log space
 @dataclass(frozen=True, slots=True)
 class ContentChecks:
     versions: VersionCatalog
-    constant_share: float = 0.25
-    repeated_share: float = 0.25
-    grow_flag: float = 30.0
-    grow_refuse: float = 300.0
-    shrink_flag: float = 4.0
-    shrink_refuse: float = 20.0
-    band_entries: int = 64
-    band_min_entries: int = 16
-    flag_z: float = 8.0
-    refuse_z: float = 40.0
+    limits: ContentLimits
     # a key space's band once it is whole: its first entries never change, so it is read from the catalog no more
     _bands: dict[tuple[str, str], list[list[LayerStats]]] = field(default_factory=dict, repr=False)
 
@@ -71,17 +63,18 @@ class ContentChecks:
                     f"layer {layer.layer} is constant over all {tokens} tokens (every value {layer.mean:g}): no model "
                     "computes that; nothing was stored"
                 )
-            if counted.constant > self.constant_share * tokens:
+            if counted.constant > self.limits.constant_rows * tokens:
                 raise ImplausibleFeatures(
                     f"layer {layer.layer}: {counted.constant} of {tokens} rows are constant (all-zero or padding rows; "
-                    f"more than {self.constant_share:.0%} is refused, `content_constant_rows`); nothing was stored"
+                    f"more than {self.limits.constant_rows:.0%} is refused, `content_constant_rows`); nothing was "
+                    "stored"
                 )
-            if counted.changed and counted.repeated > self.repeated_share * counted.changed:
+            if counted.changed and counted.repeated > self.limits.repeated_rows * counted.changed:
                 raise ImplausibleFeatures(
                     f"layer {layer.layer}: {counted.repeated} of the {counted.changed} rows whose token differs from "
                     "the one before repeat the row before (no causal model computes the same state at every "
-                    f"position; more than {self.repeated_share:.0%} is refused, `content_repeated_rows`); nothing was "
-                    "stored"
+                    f"position; more than {self.limits.repeated_rows:.0%} is refused, `content_repeated_rows`); "
+                    "nothing was stored"
                 )
         return self._across_depth(stats) + self._against_band(key, stats)
 
@@ -93,21 +86,21 @@ class ContentChecks:
         for before, after in itertools.pairwise(decoder):
             ratio = after.std / before.std
             what = f"layer {after.layer}'s std {after.std:.4g} is {{}} layer {before.layer}'s {before.std:.4g}"
-            if ratio >= self.grow_refuse or 1 / ratio >= self.shrink_refuse:
+            if ratio >= self.limits.grow_refuse or 1 / ratio >= self.limits.shrink_refuse:
                 size = f"{ratio:.3g}x" if ratio > 1 else f"1/{1 / ratio:.3g} of"
                 raise ImplausibleFeatures(
                     what.format(size) + ": no residual stream jumps so between layers (one layer scaled or another "
                     "model's; `content_grow_refuse`, `content_shrink_refuse`); nothing was stored"
                 )
-            if ratio >= self.grow_flag or 1 / ratio >= self.shrink_flag:
+            if ratio >= self.limits.grow_flag or 1 / ratio >= self.limits.shrink_flag:
                 flags.append("unusual: " + what.format(f"{ratio:.3g}x" if ratio > 1 else f"1/{1 / ratio:.3g} of"))
         return flags
 
     def _against_band(self, key: EntryKey, stats: Sequence[LayerStats]) -> list[str]:
-        if self.band_entries < self.band_min_entries:
+        if self.limits.band_entries < self.limits.band_min_entries:
             return []
         band = self._band(key)
-        if len(band) < self.band_min_entries:
+        if len(band) < self.limits.band_min_entries:
             return []
         flags = []
         for position, layer in enumerate(stats):
@@ -117,7 +110,7 @@ class ContentChecks:
                     for entry in band
                     if len(entry) == len(stats) and getattr(entry[position], name) > 0  # older entries: unchecked
                 ]
-                if len(earlier) < self.band_min_entries:
+                if len(earlier) < self.limits.band_min_entries:
                     continue
                 median = statistics.median(earlier)
                 spread = max(_MAD_TO_SIGMA * statistics.median(abs(v - median) for v in earlier), _MIN_LOG_SPREAD)
@@ -126,11 +119,12 @@ class ContentChecks:
                     f"layer {layer.layer} {name} {getattr(layer, name):.4g} against a median of {math.exp(median):.4g}"
                     f" over {len(earlier)} earlier entries (robust z {z:.0f})"
                 )
-                if z >= self.refuse_z:
+                if z >= self.limits.refuse_z:
                     raise ImplausibleFeatures(
-                        f"{what}: far outside its band (`content_refuse_z` {self.refuse_z:g}); nothing was stored"
+                        f"{what}: far outside its band (`content_refuse_z` {self.limits.refuse_z:g}); nothing was "
+                        "stored"
                     )
-                if z >= self.flag_z:
+                if z >= self.limits.flag_z:
                     flags.append(f"unusual: {what}")
         return flags
 
@@ -139,7 +133,7 @@ class ContentChecks:
         if (whole := self._bands.get(space)) is not None:
             return whole
         where = EntryFilter(model_revision=key.model_revision, featureset_id=key.featureset_id)
-        band = [m.layer_stats for m in self.versions.find(where, limit=self.band_entries)]
-        if len(band) == self.band_entries:
+        band = [m.layer_stats for m in self.versions.find(where, limit=self.limits.band_entries)]
+        if len(band) == self.limits.band_entries:
             self._bands[space] = band
         return band
