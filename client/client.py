@@ -108,20 +108,24 @@ class FeatureClient(ServiceCalls):
         the end is clipped, as Python slicing clips (`Features.tokens` says what was served). A featureset object
         is named by its parts: any stored featureset holding it serves the read, sliced to its layers
         (`Features.manifest` says which entry served it); an id names that featureset's entry only."""
-        item = part_of_parts(prompt, layers=layers, tokens=tokens, **key)
-        return self.fetch(item.key, item.layers, tokens)
+        return self._read(part_of_parts(prompt, layers=layers, tokens=tokens, **key))
 
     def fetch(self, key: FeatureKey, layers: Sequence[LayerId] | None = None, tokens: Tokens | None = None) -> Features:
         """`get` by key. A whole entry pinned by content hash is served from the cache when it is there, without
         any request."""
         span = str(TokenRange.of(tokens)) if tokens is not None else None
-        part = FeatureRead(**key.model_dump(), layers=list(layers) if layers is not None else None, tokens=span)
+        return self._read(
+            FeatureRead(**key.model_dump(), layers=list(layers) if layers is not None else None, tokens=span)
+        )
+
+    def _read(self, part: FeatureRead) -> Features:
+        """One key with its part: from the cache, the bucket (direct reads) or the service."""
         cached = self._cached(part)
         if cached is not None:
             return cached
         if self.direct_reads:
             return self._direct_uncached([part])[0]
-        features, _ = self._served(key, part.read_params())
+        features, _ = self._served(part.key, part.read_params())
         return self._kept(features)
 
     def fetch_for_copy(self, key: FeatureKey, name: str) -> tuple[Features, DeferredCopy | None]:
@@ -160,7 +164,7 @@ class FeatureClient(ServiceCalls):
         items = [batch_item(key) for key in keys]
         if self.direct_reads:
             return self._direct(items)
-        return list(self._pool.map(lambda item: self.fetch(item.key, item.layers, item.tokens), items))
+        return list(self._pool.map(self._read, items))
 
     def _direct(self, items: list[FeatureRead]) -> list[Features]:
         """Locate every key not in the cache in one request, then read each entry's chunks from the object store
