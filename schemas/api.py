@@ -70,7 +70,7 @@ class ListedKey(NamedTuple):
     content_hash: str
     model_revision: str
     backend: str
-    featureset: str  # the featureset id, named as the wire names it
+    featureset_id: str
     num_tokens: int
     created_at: str
 
@@ -79,7 +79,7 @@ class ListedKey(NamedTuple):
             prompt_hash=self.prompt_hash,
             model_revision=self.model_revision,
             backend=self.backend,
-            featureset_id=self.featureset,
+            featureset_id=self.featureset_id,
             content_hash=self.content_hash,
         )
 

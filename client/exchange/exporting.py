@@ -75,13 +75,13 @@ def choose(
     featuresets: dict[str, FeatureSet] = {}
 
     def featureset_of(key: ListedKey) -> FeatureSet:
-        if key.featureset not in featuresets:
-            one = next(client.entries(prompt_hash=key.prompt_hash, featureset=key.featureset, page_size=1))
-            featuresets[key.featureset] = one.featureset
-        return featuresets[key.featureset]
+        if key.featureset_id not in featuresets:
+            one = next(client.entries(prompt_hash=key.prompt_hash, featureset=key.featureset_id, page_size=1))
+            featuresets[key.featureset_id] = one.featureset
+        return featuresets[key.featureset_id]
 
     def entry(key: ListedKey) -> tuple[str, str, str, str]:
-        return key.prompt_hash, key.model_revision, key.backend, key.featureset
+        return key.prompt_hash, key.model_revision, key.backend, key.featureset_id
 
     listed = (key for where in filters for key in client.keys(**where))
     chosen = newest_of(listed, entry, featureset_of, measured_only, holding)
@@ -129,10 +129,10 @@ def export(
         raise ValueError(f"{out_dir} is not empty: export into a new directory ({hint})")
     revision = _one((k.model_revision for k in keys), "model revision", "--model-revision")
     backend = _one((k.backend for k in keys), "backend", "--backend")
-    used = [chosen.featuresets[fid] for fid in sorted({k.featureset for k in keys})]
-    featureset = chosen.featuresets[keys[0].featureset]
+    used = [chosen.featuresets[fid] for fid in sorted({k.featureset_id for k in keys})]
+    featureset = chosen.featuresets[keys[0].featureset_id]
     if layers is None:
-        _one((k.featureset for k in keys), "featureset", "--featureset")
+        _one((k.featureset_id for k in keys), "featureset", "--featureset")
         picked = list(featureset.layers)
     else:  # entries of several featuresets (a union and a recipe's own) export alike when each holds the layers
         picked = normalise_layers(layers)
@@ -164,7 +164,7 @@ def export(
         staged.mkdir()
         hidden_size = 0
         for index, key in enumerate(keys):
-            whole = picked == list(chosen.featuresets[key.featureset].layers)
+            whole = picked == list(chosen.featuresets[key.featureset_id].layers)
             features = client.fetch(key.key(), layers=None if whole else picked)
             hidden, input_ids = features.hidden_states, features.input_ids  # fp8 arrives dequantised to bf16
             hidden_size = int(hidden.shape[-1])

@@ -37,4 +37,4 @@ class StoredKey:
     def row(self) -> IndexRow:
         """The version as a dataset index records it."""
         k = self.listed
-        return k.prompt_hash, k.content_hash, k.num_tokens, k.model_revision, k.backend, k.featureset
+        return k.prompt_hash, k.content_hash, k.num_tokens, k.model_revision, k.backend, k.featureset_id
