@@ -28,7 +28,7 @@ from fastapi.testclient import TestClient
 
 from schemas.manifest import Manifest
 from schemas.states import JobState
-from service.catalog.job_records import NewItem
+from service.catalog.jobs.records import NewItem
 from service.catalog.jobs_testing import job_record
 from service.catalog.testing import manifest
 from service.main import create_app

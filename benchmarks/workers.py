@@ -47,7 +47,7 @@ def submit(data_dir: Path, samples: list[list[int]], featureset: dict, backend: 
     from schemas.states import JobState
     from schemas.timestamps import utc_now
     from service.catalog import SqliteDatabase, SqliteJobStore
-    from service.catalog.job_records import JobRecord, NewItem
+    from service.catalog.jobs.records import JobRecord, NewItem
 
     db = SqliteDatabase(data_dir / "catalog.sqlite")
     jobs = SqliteJobStore(db)

@@ -12,8 +12,8 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from service.catalog import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog
-from service.catalog.migrations import PartSchema
 from service.catalog.protocol import Database, JobStore, KeyValue, VersionStore
+from service.catalog.schema.migrations import PartSchema
 from service.errors import ConfigError
 from service.host.handover import CommandHandover, GpuHandover, MemorySaverHandover, NoHandover
 from service.host.sglang import SGLangClient

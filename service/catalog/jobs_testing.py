@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from schemas.states import ItemState, JobState
-from service.catalog.job_records import JobRecord, NewItem
+from service.catalog.jobs.records import JobRecord, NewItem
 from service.catalog.protocol import JobStore
 
 

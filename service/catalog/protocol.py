@@ -9,8 +9,8 @@ from typing import Protocol
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import ItemState, JobState
-from service.catalog.job_records import JobItem, JobRecord, LeaseRecord, NewItem
-from service.catalog.version_records import StoredKey, Tally
+from service.catalog.jobs.records import JobItem, JobRecord, LeaseRecord, NewItem
+from service.catalog.versions.records import StoredKey, Tally
 
 
 class VersionCatalog(Protocol):
@@ -47,7 +47,7 @@ class VersionCatalog(Protocol):
         """What the last check of a blob's bytes found, shown in every version stored in it (None clears it)."""
 
     def moved_to(self, prompt_hash: str) -> str | None:
-        """The key a prompt hash of the rule before the normal form was re-keyed to (`service/catalog/rekey.py`)."""
+        """The key a prompt hash of the rule before the normal form was re-keyed to (`upgrades/rekey.py`)."""
 
     def record_move(self, old_hash: str, prompt_hash: str) -> None:
         """Record that `old_hash` (the rule before the normal form) names `prompt_hash` now."""

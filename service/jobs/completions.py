@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from schemas.states import CompletionSource
-from service.catalog.job_records import JobRecord
+from service.catalog.jobs.records import JobRecord
 from service.catalog.protocol import JobStore
 from service.core.write.prepare import RequestPreparer
 from service.errors import SGLangUnavailable

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from service.catalog.job_records import NewItem
+from service.catalog.jobs.records import NewItem
 
 BATCH = 5_000  # samples a pickle holds
 

@@ -26,7 +26,7 @@ from schemas.keys import MIN_PREFIX
 from schemas.states import ItemState, JobState
 from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
-from service.catalog.job_records import JobRecord
+from service.catalog.jobs.records import JobRecord
 from service.catalog.protocol import JobStore
 from service.core.gpu_time.gate import configured
 from service.core.gpu_time.windows import Windows

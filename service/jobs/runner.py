@@ -19,7 +19,7 @@ from schemas.manifest import Manifest
 from schemas.states import CompletionSource, Existing, ExtractStatus, ItemState, JobState
 from schemas.timestamps import parse as parse_time
 from schemas.timestamps import utc_now
-from service.catalog.job_records import JobItem, JobRecord
+from service.catalog.jobs.records import JobItem, JobRecord
 from service.catalog.protocol import JobStore
 from service.core.gpu_time.windows import Windows
 from service.core.write.each_sample import extract_each

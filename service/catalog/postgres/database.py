@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from service.catalog.migrations import TABLE, Step, check_version, migrate_part
+from service.catalog.schema.migrations import TABLE, Step, check_version, migrate_part
 from service.errors import CatalogUnavailable, ConfigError, ReadOnly
 
 log = logging.getLogger("hsstore.catalog")

@@ -1,4 +1,4 @@
-"""Warm jobs in Postgres: its schema, clock and claim (the statements are sql_jobs.py's)."""
+"""Warm jobs in Postgres: its schema, clock and claim (the statements are jobs/rows.py's)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from schemas.states import ItemState
-from service.catalog.migrations import Step
+from service.catalog.jobs.rows import ITEM_COLUMNS, SqlJobStore
 from service.catalog.postgres.database import PostgresDatabase
-from service.catalog.rekey import rekey_job_items
-from service.catalog.sql_jobs import ITEM_COLUMNS, SqlJobStore
-from service.catalog.sql_schema import JOB_LEASE_INDEX, JOB_LEASES, JOB_TALLIES, JOBS, JOBS_EXISTING, POSTGRES, render
+from service.catalog.schema.migrations import Step
+from service.catalog.schema.tables import (
+    JOB_LEASE_INDEX,
+    JOB_LEASES,
+    JOB_TALLIES,
+    JOBS,
+    JOBS_EXISTING,
+    POSTGRES,
+    render,
+)
+from service.catalog.upgrades.rekey import rekey_job_items
 
 MIGRATIONS: list[Step] = [
     *(render(step, POSTGRES) for step in (JOBS, JOB_LEASES, JOBS_EXISTING)),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.catalog.postgres.database import PostgresDatabase
-from service.catalog.sql_schema import KV, POSTGRES, render
+from service.catalog.schema.tables import KV, POSTGRES, render
 
 MIGRATIONS = [render(KV, POSTGRES)]
 

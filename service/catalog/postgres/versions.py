@@ -1,15 +1,15 @@
-"""Versions in Postgres: the normalized rows of `version_rows`, inserted unless their key is there."""
+"""Versions in Postgres: the normalized rows of `versions/rows.py`, inserted unless their key is there."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from service.catalog.migrations import Step
-from service.catalog.normalize import normalize_versions
 from service.catalog.postgres.database import PostgresDatabase
-from service.catalog.rekey import rekey_versions
-from service.catalog.sql_schema import NORMALIZED, POSTGRES, PROMPT_ALIASES, TALLY_UNCHECKED, VERSIONS, render
-from service.catalog.version_rows import SqlVersionCatalog
+from service.catalog.schema.migrations import Step
+from service.catalog.schema.tables import NORMALIZED, POSTGRES, PROMPT_ALIASES, TALLY_UNCHECKED, VERSIONS, render
+from service.catalog.upgrades.normalize import normalize_versions
+from service.catalog.upgrades.rekey import rekey_versions
+from service.catalog.versions.rows import SqlVersionCatalog
 
 # the copied versions keep their seq; the identity then starts after the last of them
 _PAST_THE_COPIED = (

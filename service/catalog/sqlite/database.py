@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from service.catalog.migrations import TABLE, Step, check_version, migrate_part
+from service.catalog.schema.migrations import TABLE, Step, check_version, migrate_part
 from service.errors import ReadOnly
 
 log = logging.getLogger("hsstore.catalog")
@@ -84,7 +84,7 @@ class SqliteDatabase:
             self._db.execute("COMMIT")
 
     def migrate(self, part: str, steps: Sequence[Step]) -> None:
-        """Bring a part's tables to the newest version (`service/catalog/migrations.py`); a read-only replica only
+        """Bring a part's tables to the newest version (`schema/migrations.py`); a read-only replica only
         checks that it can read what it finds."""
         if self.read_only:
             check_version(part, self.schema_version(part), steps)

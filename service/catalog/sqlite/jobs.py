@@ -1,4 +1,4 @@
-"""Warm jobs in SQLite: its schema, clock and claim (the statements are sql_jobs.py's)."""
+"""Warm jobs in SQLite: its schema, clock and claim (the statements are jobs/rows.py's)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from schemas.states import ItemState
-from service.catalog.migrations import Step
-from service.catalog.rekey import rekey_job_items
-from service.catalog.sql_jobs import ITEM_COLUMNS, SqlJobStore
-from service.catalog.sql_schema import JOB_LEASE_INDEX, JOB_LEASES, JOB_TALLIES, JOBS, JOBS_EXISTING, SQLITE, render
+from service.catalog.jobs.rows import ITEM_COLUMNS, SqlJobStore
+from service.catalog.schema.migrations import Step
+from service.catalog.schema.tables import JOB_LEASE_INDEX, JOB_LEASES, JOB_TALLIES, JOBS, JOBS_EXISTING, SQLITE, render
 from service.catalog.sqlite.database import SqliteDatabase
+from service.catalog.upgrades.rekey import rekey_job_items
 
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # the database's clock, in epoch seconds
 MIGRATIONS: list[Step] = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.catalog.sql_schema import KV, SQLITE, render
+from service.catalog.schema.tables import KV, SQLITE, render
 from service.catalog.sqlite.database import SqliteDatabase
 
 MIGRATIONS = [render(KV, SQLITE)]

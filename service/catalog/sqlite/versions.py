@@ -1,16 +1,16 @@
-"""Versions in SQLite: the normalized rows of `version_rows`, inserted unless their key is there."""
+"""Versions in SQLite: the normalized rows of `versions/rows.py`, inserted unless their key is there."""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Any
 
-from service.catalog.migrations import Step
-from service.catalog.normalize import normalize_versions
-from service.catalog.rekey import rekey_versions
-from service.catalog.sql_schema import NORMALIZED, PROMPT_ALIASES, SQLITE, TALLY_UNCHECKED, VERSIONS, render
+from service.catalog.schema.migrations import Step
+from service.catalog.schema.tables import NORMALIZED, PROMPT_ALIASES, SQLITE, TALLY_UNCHECKED, VERSIONS, render
 from service.catalog.sqlite.database import SqliteDatabase
-from service.catalog.version_rows import SqlVersionCatalog
+from service.catalog.upgrades.normalize import normalize_versions
+from service.catalog.upgrades.rekey import rekey_versions
+from service.catalog.versions.rows import SqlVersionCatalog
 
 
 def _add_record_columns(conn: sqlite3.Connection) -> None:

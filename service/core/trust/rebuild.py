@@ -17,7 +17,7 @@ from schemas.prompt_hash import prompt_hash_as_sent
 from schemas.samples import InvalidSampleError, parse_sample
 from schemas.validation import describe_errors
 from service.catalog.protocol import VersionCatalog
-from service.catalog.rekey import rekeyed
+from service.catalog.upgrades.rekey import rekeyed
 from service.storage.protocol import BlobStore, Selection
 
 

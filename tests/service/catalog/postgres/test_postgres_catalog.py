@@ -9,11 +9,11 @@ import pytest
 
 from service.catalog import VersionCatalog
 from service.catalog.jobs_testing import JobStoreTests
-from service.catalog.migrations import TABLE
 from service.catalog.postgres import PostgresDatabase, PostgresJobStore, PostgresKeyValue, PostgresVersionCatalog
 from service.catalog.postgres import jobs as postgres_jobs
 from service.catalog.postgres import kv as postgres_kv
 from service.catalog.postgres import versions as postgres_versions
+from service.catalog.schema.migrations import TABLE
 from service.catalog.testing import KeyValueTests, VersionCatalogTests
 
 

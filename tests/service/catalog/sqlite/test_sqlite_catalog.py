@@ -10,7 +10,7 @@ import pytest
 
 from service.catalog import SqliteDatabase, SqliteJobStore, SqliteKeyValue, SqliteVersionCatalog, VersionCatalog
 from service.catalog.jobs_testing import JobStoreTests
-from service.catalog.migrations import TABLE
+from service.catalog.schema.migrations import TABLE
 from service.catalog.sqlite import versions as sqlite_versions
 from service.catalog.testing import KeyValueTests, VersionCatalogTests, manifest
 
@@ -53,7 +53,7 @@ def test_a_sqlite_catalog_from_before_migrations_is_brought_up_to_date(tmp_path:
     its version carried into the normalized tables."""
     import sqlite3
 
-    from service.catalog.rekey import v1_document
+    from service.catalog.upgrades.rekey import v1_document
 
     path = tmp_path / "catalog.sqlite"
     old = sqlite3.connect(path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from schemas.states import ItemState, JobState
 from service.catalog import SqliteDatabase, SqliteJobStore
-from service.catalog.job_records import JobRecord, NewItem
+from service.catalog.jobs.records import JobRecord, NewItem
 
 ITEMS = 400
 

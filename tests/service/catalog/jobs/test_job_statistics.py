@@ -5,9 +5,9 @@ claims a second, seq-scanning it, until then; 745 after). So the store restates 
 from __future__ import annotations
 
 from schemas.states import JobState
-from service.catalog.job_records import JobRecord, NewItem
+from service.catalog.jobs.records import JobRecord, NewItem
+from service.catalog.jobs.rows import _RESTATED_AFTER
 from service.catalog.postgres import PostgresDatabase, PostgresJobStore
-from service.catalog.sql_jobs import _RESTATED_AFTER
 
 
 def _rows_planned(db: PostgresDatabase) -> float:

@@ -17,10 +17,10 @@ from schemas.keys import EntryFilter, FeatureKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import AuditStatus, Integrity
 from service.catalog import SqliteDatabase, SqliteVersionCatalog
-from service.catalog.manifest_rows import body_of
 from service.catalog.postgres import PostgresDatabase, PostgresVersionCatalog
 from service.catalog.testing import manifest
-from service.catalog.version_rows import SqlVersionCatalog
+from service.catalog.versions.manifest_rows import body_of
+from service.catalog.versions.rows import SqlVersionCatalog
 
 ROWS = 20_000
 SPACES = ("torch", "fla", "unknown")

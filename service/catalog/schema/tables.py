@@ -1,4 +1,4 @@
-"""The catalog's tables, written once and rendered per SQL engine (as its statements are: sql_dialect.py): what
+"""The catalog's tables, written once and rendered per SQL engine (as its statements are: dialect.py): what
 differs between SQLite and Postgres in a table's definition is named by a token and filled by the engine's
 `SchemaDialect`. Each part's migration steps are these texts, in order; an engine whose history took other steps
 keeps them (SQLite's versions table grew its audit columns by a step of its own)."""
@@ -68,7 +68,7 @@ CREATE INDEX {if_not_exists} versions_created ON versions (created_at)
 
 # Versions as they are kept since the size issue (#53): what repeats across rows stored once and referenced (a
 # key space: model revision, backend, featureset; a fingerprint; a prompt's sample), hashes as their 32 bytes, the
-# rest of the manifest compressed (`service/catalog/manifest_rows.py`), and what an operator asks often kept current
+# rest of the manifest compressed (`versions/manifest_rows.py`), and what an operator asks often kept current
 # in `tallies` (per key space) instead of counted. `attention` marks a version flagged, damaged or suspect (bits of
 # `manifest_rows.Attention`); only those are in its partial index, so `health` lists them without a scan.
 NORMALIZED = """
@@ -124,7 +124,7 @@ UPDATE tallies SET unchecked = (
     SELECT COUNT(*) FROM entry_versions v WHERE v.space = tallies.space AND v.audit IS NULL AND v.integrity IS NULL
 )
 """
-# a prompt hash of the rule before the normal form -> the key its sample has now (`service/catalog/rekey.py`)
+# a prompt hash of the rule before the normal form -> the key its sample has now (`service/catalog/upgrades/rekey.py`)
 PROMPT_ALIASES = "CREATE TABLE {if_not_exists} prompt_aliases (old_hash TEXT PRIMARY KEY, prompt_hash TEXT NOT NULL)"
 
 JOBS = """

@@ -9,7 +9,7 @@ from typing import Any
 
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import Manifest
-from service.catalog.manifest_rows import KeySpace, fingerprint_row
+from service.catalog.versions.manifest_rows import KeySpace, fingerprint_row
 
 # the migration that moved the first schema's rows in writes them alike
 INSERT_SPACE = (

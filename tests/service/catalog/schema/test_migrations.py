@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from service.catalog import SqliteDatabase, SqliteKeyValue
-from service.catalog.migrations import TABLE, SchemaTooNew
 from service.catalog.postgres import PostgresDatabase, PostgresKeyValue
 from service.catalog.postgres import jobs as postgres_jobs
+from service.catalog.schema.migrations import TABLE, SchemaTooNew
 from service.catalog.sqlite import jobs as sqlite_jobs
 
 

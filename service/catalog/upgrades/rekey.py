@@ -16,7 +16,7 @@ from typing import Any
 
 from schemas.manifest import Manifest
 from schemas.prompt_hash import prompt_hash, prompt_hash_as_sent, sample_identity
-from service.catalog.version_rows import RECORD_MOVE
+from service.catalog.versions.rows import RECORD_MOVE
 
 _BATCH = 5_000  # rows read at a time: the migration's memory stays bounded at any catalog size
 

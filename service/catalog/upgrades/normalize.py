@@ -1,8 +1,9 @@
 """The size migration: versions kept whole in the first schema's `versions` table (one manifest's JSON a row, ~2.6 KB
-on the tiny model) move into the normalized tables (`sql_schema.NORMALIZED`, rows as `manifest_rows` lays them out),
-keeping each version's seq (a listing's cursor still names the same place), its audit and integrity records, and
-counting the tallies as they go; then the old table is dropped. Keys, content hashes and manifests are unchanged
-(`tests/service/catalog/test_catalog_migrations.py` reads every version back, field for field, on both engines).
+on the tiny model) move into the normalized tables (`schema/tables.py`'s NORMALIZED, rows as `manifest_rows` lays
+them out), keeping each version's seq (a listing's cursor still names the same place), its audit and integrity
+records, and counting the tallies as they go; then the old table is dropped. Keys, content hashes and manifests are
+unchanged (`tests/service/catalog/sqlite/test_sqlite_catalog.py` reads a version of the first schema back, field for
+field; `tests/service/catalog/upgrades/test_identity_migration.py` opens a store of an earlier release on both engines).
 
 It reads the old table a batch at a time (bounded memory at any size), in the migration's one transaction: a
 catalog of 10^6 versions takes a few minutes, once."""
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
-from service.catalog.manifest_rows import (
+from service.catalog.versions.manifest_rows import (
     KeySpace,
     attention_of,
     body_of,
@@ -23,8 +24,8 @@ from service.catalog.manifest_rows import (
     prompt_bytes,
     sample_of,
 )
-from service.catalog.references import FINGERPRINT_ID, INSERT_FINGERPRINT, INSERT_SPACE, SPACE_ID
-from service.catalog.version_rows import INSERT_SAMPLE
+from service.catalog.versions.references import FINGERPRINT_ID, INSERT_FINGERPRINT, INSERT_SPACE, SPACE_ID
+from service.catalog.versions.rows import INSERT_SAMPLE
 
 _BATCH = 5_000
 

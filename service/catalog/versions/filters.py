@@ -1,10 +1,10 @@
 """What a listing's filter becomes in SQL, the same on every engine: each part an equality or a range on its index
-(a hash prefix a range on the hash's), and beside a hash only that hash's index read (version_rows.py says why)."""
+(a hash prefix a range on the hash's), and beside a hash only that hash's index read (rows.py says why)."""
 
 from __future__ import annotations
 
 from schemas.keys import EntryFilter
-from service.catalog.manifest_rows import hex_prefix_range
+from service.catalog.versions.manifest_rows import hex_prefix_range
 
 
 def filter_clause(

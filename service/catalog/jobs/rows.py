@@ -12,8 +12,8 @@ from typing import Any
 
 from schemas.keys import prefix_bounds
 from schemas.states import CompletionSource, ItemState, JobState
-from service.catalog.job_records import JobItem, JobRecord, LeaseRecord, NewItem, item_from_row, job_from_row
-from service.catalog.sql_dialect import Dialect
+from service.catalog.jobs.records import JobItem, JobRecord, LeaseRecord, NewItem, item_from_row, job_from_row
+from service.catalog.schema.dialect import Dialect
 
 JOB_COLUMNS = (
     "id, state, priority, run_now, backends, featureset, completion, created_at, started_at, finished_at, tokens, "
@@ -30,7 +30,7 @@ def _item_row(item: NewItem) -> tuple:
     return item.index, item.backend, json.dumps(item.sample), item.prompt_hash, ItemState.PENDING, item.greedy_tokens
 
 
-# Leases, read through the index of leased items (sql_schema.JOB_LEASE_INDEX): per worker and job, the pending
+# Leases, read through the index of leased items (schema/tables.py's JOB_LEASE_INDEX): per worker and job, the pending
 # items whose lease is live, or has run out with nobody taking them over yet; and a worker's heartbeat
 _LEASES = (
     "SELECT lease_owner, job_id, COUNT(*), MAX(lease_until) - {{now}} FROM job_items"

@@ -12,11 +12,11 @@ import pytest
 
 from schemas.states import ItemState
 from service.catalog import SqliteDatabase, SqliteJobStore
-from service.catalog.job_records import NewItem
+from service.catalog.jobs.records import NewItem
+from service.catalog.jobs.rows import LAPSED_LEASES, LIVE_LEASES, RENEW_LEASES, SqlJobStore
 from service.catalog.jobs_testing import job_record
 from service.catalog.postgres import PostgresDatabase, PostgresJobStore
-from service.catalog.sql_jobs import LAPSED_LEASES, LIVE_LEASES, RENEW_LEASES, SqlJobStore
-from tests.service.catalog.test_query_plans import _plan
+from tests.service.catalog.versions.test_query_plans import _plan
 
 ITEMS = 20_000
 

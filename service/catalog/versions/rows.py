@@ -1,11 +1,11 @@
-"""Versions as every catalog engine keeps them (`sql_schema.NORMALIZED`, rows as `manifest_rows` lays them out): the
-statements, the filters and the tallies are the same SQL everywhere but for the placeholder, so they live here once;
-an engine says only how it inserts a row unless it is there.
+"""Versions as every catalog engine keeps them (`schema/tables.py`'s NORMALIZED, rows as `manifest_rows` lays them
+out): the statements, the filters and the tallies are the same SQL everywhere but for the placeholder, so they live
+here once; an engine says only how it inserts a row unless it is there.
 
 Every statement that names a key reads through an index, whatever the size of the table: an exact hash is an
 equality on its index, a hash prefix a range on it, and a listing's `seq > ?` is written `+seq > ?` beside a hash
 (SQLite would otherwise walk the rowid from the cursor, scanning the table for one prompt: 1.2 s a read at 10^6).
-`tests/service/catalog/test_query_plans.py` reads each statement's plan on both engines."""
+`tests/service/catalog/versions/test_query_plans.py` reads each statement's plan on both engines."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from schemas.api import ListedKey
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import SUSPECT_AUDITS, Integrity
-from service.catalog.manifest_rows import (
+from service.catalog.schema.dialect import Dialect
+from service.catalog.versions.filters import filter_clause
+from service.catalog.versions.manifest_rows import (
     TALLY,
     Attention,
     VersionRow,
@@ -33,11 +35,9 @@ from service.catalog.manifest_rows import (
     tally_of,
     unchecked,
 )
-from service.catalog.references import References
-from service.catalog.sql_dialect import Dialect
-from service.catalog.version_filters import filter_clause
-from service.catalog.version_records import StoredKey, Tally
-from service.catalog.version_sampling import draw
+from service.catalog.versions.records import StoredKey, Tally
+from service.catalog.versions.references import References
+from service.catalog.versions.sampling import draw
 
 _ROW = (
     "SELECT v.seq, v.prompt_hash, v.space, v.content_hash, v.fingerprint, v.created_at, v.body, v.audit, v.integrity,"
@@ -229,7 +229,7 @@ class SqlVersionCatalog(Dialect, ABC):
         self, where: EntryFilter, count: int, seed: int | None = None, accept: Callable[[Manifest], bool] | None = None
     ) -> list[Manifest]:
         """Up to `count` versions drawn at random from the key spaces `where` names (its other parts are not read),
-        each weighted by its tally (version_sampling.py): a sample of 10^7 costs what one of 10^3 does."""
+        each weighted by its tally (sampling.py): a sample of 10^7 costs what one of 10^3 does."""
         spaces = self.refs.matching(where)
         weights = {t.space: t.entries for t in self._space_tallies() if spaces is None or t.space in spaces}
         weights = {space: entries for space, entries in weights.items() if entries}

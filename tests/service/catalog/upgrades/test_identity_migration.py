@@ -21,8 +21,9 @@ from schemas.keys import EntryFilter
 from schemas.prompt_hash import prompt_hash
 from service.main import build_services, create_app
 from service.settings import Settings
+from tests.conftest import REPO
 
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "store-61ec308"
+FIXTURE = REPO / "tests" / "fixtures" / "store-61ec308"
 
 
 def _old_rows(data_dir: Path, catalog_url: str | None) -> list[dict]:

@@ -1,0 +1,2 @@
+"""Bringing stores of earlier releases up to date: the versions normalized into their tables, and old prompt hashes
+re-keyed to today's."""
