@@ -27,12 +27,12 @@ from service.core.read.datasets import Datasets
 from service.core.read.reader import FeatureReader
 from service.core.startup import startup_lines
 from service.core.trust.auditor import Auditor
-from service.core.trust.import_checks import ImportChecks
+from service.core.trust.import_checks import ImportChecks, SpotCheckLimits
 from service.core.trust.importer import FeatureImporter
 from service.core.trust.rebuild import CatalogRebuilder
 from service.core.trust.verifier import Verifier
 from service.core.write.canary import Canaries
-from service.core.write.content_checks import ContentChecks
+from service.core.write.content_checks import ContentChecks, ContentLimits
 from service.core.write.estimator import Estimator
 from service.core.write.prepare import RequestPreparer, sample_tokens_limit
 from service.core.write.recorder import Recorder
@@ -149,9 +149,9 @@ def build_services(
     spec = models.spec if models is not None else None
     preparer = RequestPreparer(settings.default_backend, sample_tokens_limit(settings.max_sample_tokens, spec))
     reader = FeatureReader(store, versions, settings.verify_reads)
-    checks = ContentChecks(versions, settings.content_limits)
+    checks = ContentChecks(versions, ContentLimits.of(settings))
     canaries = Canaries(kv) if settings.canary else None
-    spot_checks = ImportChecks(models, kv, versions, settings.spot_check_limits)
+    spot_checks = ImportChecks(models, kv, versions, SpotCheckLimits.of(settings))
     recorder = Recorder(store, versions)
     writer = FeatureWriter(
         recorder,

@@ -6,9 +6,9 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
@@ -23,41 +23,6 @@ from service.config_file import config_file, config_file_sources
 # 13,222 tok/s against 12,333 for the earlier 4 on 16 (benchmarks/results/fp8-codec-sweep-h100.json).
 WRITER_THREADS = 3
 WRITE_CODEC_THREADS = 3
-
-
-class ContentLimits(BaseModel):
-    """What the write-time content checks refuse or flag: the `content_*` settings, handed whole to ContentChecks
-    (service/core/write/content_checks.py says what each one judges)."""
-
-    model_config = ConfigDict(frozen=True)
-    constant_rows: float
-    repeated_rows: float
-    grow_flag: float
-    grow_refuse: float
-    shrink_flag: float
-    shrink_refuse: float
-    band_entries: int
-    band_min_entries: int
-    flag_z: float
-    refuse_z: float
-
-
-class SpotCheckLimits(BaseModel):
-    """Which imports are spot-checked against the model, and how close they must come: the `import_spot_check_*`
-    settings, handed whole to ImportChecks."""
-
-    model_config = ConfigDict(frozen=True)
-    first: int
-    every: int
-    cosine: float
-
-
-G = TypeVar("G", bound=BaseModel)
-
-
-def _group(group: type[G], settings: BaseModel, prefix: str) -> G:
-    """A group of settings, each field the setting named `prefix` + its name."""
-    return group(**{name: getattr(settings, prefix + name) for name in group.model_fields})
 
 
 class Settings(BaseSettings):
@@ -298,14 +263,6 @@ class Settings(BaseSettings):
         """Settings from `overrides`, the environment and the TOML file `config` (else the one HSSTORE_CONFIG names)."""
         with config_file(config):
             return cls(**overrides)
-
-    @property
-    def content_limits(self) -> ContentLimits:
-        return _group(ContentLimits, self, "content_")
-
-    @property
-    def spot_check_limits(self) -> SpotCheckLimits:
-        return _group(SpotCheckLimits, self, "import_spot_check_")
 
     @property
     def store_read_only(self) -> bool:

@@ -28,18 +28,38 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import LayerStats
 from service.catalog.protocol import VersionCatalog
 from service.errors import ImplausibleFeatures
 from service.extraction.stats import RowCounts
-from service.settings import ContentLimits
+from service.settings import Settings
 
 _MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution, in standard deviations
 _MIN_LOG_SPREAD = 0.05  # a band whose entries agree closely still allows ~5% (log) of spread per sigma
 _SCALES = ("std", "absmax")  # scale statistics, compared in log space
+
+
+@dataclass(frozen=True, slots=True)
+class ContentLimits:
+    """What the checks refuse or flag: the `content_*` settings, each field named as its setting's tail."""
+
+    constant_rows: float
+    repeated_rows: float
+    grow_flag: float
+    grow_refuse: float
+    shrink_flag: float
+    shrink_refuse: float
+    band_entries: int
+    band_min_entries: int
+    flag_z: float
+    refuse_z: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> ContentLimits:
+        return cls(**{f.name: getattr(settings, f"content_{f.name}") for f in fields(cls)})
 
 
 @dataclass(frozen=True, slots=True)
