@@ -5,7 +5,10 @@ a slow reader, SIGKILL under load and a restart).
 The load, all at once:
   readers   `--reader-processes` x `--reader-threads`, each in turn: a whole entry, two layers, a token range, a batch
             of 8 and a page of the key listing, every body verified (the client's default)
-  writer    one thread extracting 2 new samples a request without pause (lengths 20..`--max-words` words)
+  writer    one thread extracting new samples without pause: `--workload chat` (the day's), 2 a request of 20 to
+            `--max-words` words; `--workload window` (a downtime window's, #63), 4 a request of 16 to 8,192 tokens,
+            the short mix (16-2,048) and the long (256-8,192) drawn in turn, sent as token ids: many lengths, each
+            sequence new, as flat out as the device allows
   polls     /metrics and /readyz every second
 Sampled every `--sample-every` seconds: the server's RSS, open fds and threads. Per `--window` seconds: p50/p99 of
 each operation, beside the first window's. What the record says of memory: RSS after `--warmup` against RSS at its
@@ -13,6 +16,8 @@ end, and the slope of a straight line through the last `--tail` seconds (MiB a m
 
     python benchmarks/soak.py --duration 120 --window 30 --warmup 30 --tail 60       # two minutes
     python benchmarks/soak.py --duration 1800 --out benchmarks/results/soak-cpu.json  # the record: 30 minutes
+    python benchmarks/soak.py --workload window --duration 1800 --warmup 300 \
+        --out benchmarks/results/soak-window-cpu.json                                 # a window's 30 minutes
 
 Run it from a checkout that does not change while it runs (a `git worktree`): the server it starts imports the tree.
 """
@@ -129,9 +134,28 @@ class Server:
             self.proc.wait(30)
 
 
+# a window's sequences: the extraction benchmark's short and long mixes (benchmarks/extract.py), the short widened
+# down to 16 tokens; ids below the tiny model's vocabulary (service/model/devmodel.py: 1,024)
+WINDOW_MIXES = ((16, 2048), (256, 8192))
+WINDOW_VOCAB = 1024
+
+
 def sample_of(rng: random.Random, tag: str, max_words: int) -> dict[str, Any]:
     text = " ".join(rng.choices(WORDS.split(), k=rng.randint(20, max_words)))
     return {"messages": [{"role": "user", "content": f"{text} ({tag})"}]}
+
+
+def window_sample(rng: random.Random, count: int) -> dict[str, Any]:
+    """The `count`th sample of a window: the mixes in turn, a length drawn uniformly in the mix's range."""
+    low, high = WINDOW_MIXES[count % len(WINDOW_MIXES)]
+    return {"token_ids": [rng.randrange(WINDOW_VOCAB) for _ in range(rng.randint(low, high))]}
+
+
+# what the writer extracts a request: (samples a request, how one is made from the rng, its tag, its place)
+WORKLOADS: dict[str, tuple[int, Callable[[random.Random, str, int, int], dict[str, Any]]]] = {
+    "chat": (2, lambda rng, tag, count, max_words: sample_of(rng, f"{tag}{count}", max_words)),
+    "window": (4, lambda rng, tag, count, max_words: window_sample(rng, count)),
+}
 
 
 # -- the load -------------------------------------------------------------------------------------------------------
@@ -190,13 +214,20 @@ def run_for(seconds: float, stop: threading.Event, loops: list[Callable[[], None
 
 
 def writer_loop(
-    url: str, stop: threading.Event, events: list[Event], acknowledged: list[FeatureKey], max_words: int, tag: str
+    url: str,
+    stop: threading.Event,
+    events: list[Event],
+    acknowledged: list[FeatureKey],
+    max_words: int,
+    tag: str,
+    workload: str = "chat",
 ) -> None:
     rng = random.Random(tag)
+    per_request, make = WORKLOADS[workload]
     count = 0
     with FeatureClient(url, timeout=300) as hs:
         while not stop.is_set():
-            samples = [sample_of(rng, f"{tag}{count}-{i}", max_words) for i in range(2)]
+            samples = [make(rng, f"{tag}-{i}-", count * per_request + i, max_words) for i in range(per_request)]
             count += 1
             response = timed_op(events, "extract", lambda samples=samples: hs.extract(samples))
             if response is not None:
@@ -280,7 +311,9 @@ def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     threads = [
         threading.Thread(target=sampler_loop, args=(server.pid, stop, samples, args.sample_every, t0), daemon=True),
         threading.Thread(
-            target=writer_loop, args=(server.url, stop, events, acknowledged, args.max_words, "load"), daemon=True
+            target=writer_loop,
+            args=(server.url, stop, events, acknowledged, args.max_words, "load", args.workload),
+            daemon=True,
         ),
         threading.Thread(target=poll_loop, args=(server.url, stop, events), daemon=True),
     ]
@@ -485,6 +518,7 @@ def main() -> None:
     parser.add_argument("--reader-processes", type=int, default=2)
     parser.add_argument("--reader-threads", type=int, default=6)
     parser.add_argument("--max-words", type=int, default=300)
+    parser.add_argument("--workload", choices=tuple(WORKLOADS), default="chat", help="what the writer extracts")
     parser.add_argument("--model-dir", type=Path, default=None, help="default: a tiny Qwen3.5 built for the run")
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the server (repeatable)")
