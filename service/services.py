@@ -22,6 +22,7 @@ from service.core.write.prepare import RequestPreparer
 from service.core.write.recorder import Recorder
 from service.core.write.writer import FeatureWriter
 from service.extraction.extractor import Extractor
+from service.host.python_heap import freeze_startup_heap
 from service.jobs.queue import JobQueue
 from service.jobs.runner import JobRunner
 from service.metrics.counters import Metrics
@@ -61,10 +62,12 @@ class Services:
 
     @contextlib.contextmanager
     def running(self, jobs: bool = True) -> Iterator[None]:
-        """The one lifecycle of a service process, a worker and a Ray Data stage's actor alike: SGLang's GPU recovered
-        from a process that died holding it, the job loop started (`jobs`: not for an actor, which extracts its
-        batches only); on the way out the loop stopped, the model unloaded, everything closed."""
+        """The one lifecycle of a service process, a worker and a Ray Data stage's actor alike: the heap built at start
+        frozen (service/host/python_heap.py), SGLang's GPU recovered from a process that died holding it, the job
+        loop started (`jobs`: not for an actor, which extracts its batches only); on the way out the loop stopped,
+        the model unloaded, everything closed."""
         runner = self.runner if jobs else None
+        freeze_startup_heap()
         if self.models is not None:
             self.models.recover()
         if runner is not None:
