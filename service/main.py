@@ -149,9 +149,9 @@ def build_services(
     spec = models.spec if models is not None else None
     preparer = RequestPreparer(settings.default_backend, sample_tokens_limit(settings.max_sample_tokens, spec))
     reader = FeatureReader(store, versions, settings.verify_reads)
-    checks = ContentChecks(versions, ContentLimits.of(settings))
+    checks = ContentChecks(versions, settings.group(ContentLimits, "content_"))
     canaries = Canaries(kv) if settings.canary else None
-    spot_checks = ImportChecks(models, kv, versions, SpotCheckLimits.of(settings))
+    spot_checks = ImportChecks(models, kv, versions, settings.group(SpotCheckLimits, "import_spot_check_"))
     recorder = Recorder(store, versions)
     writer = FeatureWriter(
         recorder,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -14,6 +15,11 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from schemas.codecs import DEFAULT_CODEC, StoreCodec
 from schemas.states import TokenScope, Verify
 from service.config_file import config_file, config_file_sources
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Group = TypeVar("Group", bound="DataclassInstance")
 
 # Writer threads, and the threads compressing and digesting a new blob's chunks for them (not one per core, as reads
 # have): each chunk takes and gives up the GIL a few times, and the extracting thread, which gives it up at every kernel
@@ -263,6 +269,11 @@ class Settings(BaseSettings):
         """Settings from `overrides`, the environment and the TOML file `config` (else the one HSSTORE_CONFIG names)."""
         with config_file(config):
             return cls(**overrides)
+
+    def group(self, kind: type[Group], prefix: str) -> Group:
+        """`kind`, a dataclass, of the settings named `prefix` + each of its fields: a group handed whole to what
+        reads it (the content checks' `content_*`, say)."""
+        return kind(**{field.name: getattr(self, prefix + field.name) for field in dataclasses.fields(kind)})
 
     @property
     def store_read_only(self) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -40,7 +40,6 @@ from service.catalog.protocol import KeyValue, VersionCatalog
 from service.errors import InvalidRequest
 from service.extraction.extractor import Extractor
 from service.model.manager import ModelManager
-from service.settings import Settings
 
 SPOT_CHECK_TOKENS = 32
 _PAGE = 1_000
@@ -89,10 +88,6 @@ class SpotCheckLimits:
     first: int
     every: int
     cosine: float
-
-    @classmethod
-    def of(cls, settings: Settings) -> SpotCheckLimits:
-        return cls(**{f.name: getattr(settings, f"import_spot_check_{f.name}") for f in fields(cls)})
 
 
 class ImportChecks:

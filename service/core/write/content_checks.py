@@ -28,14 +28,13 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import LayerStats
 from service.catalog.protocol import VersionCatalog
 from service.errors import ImplausibleFeatures
 from service.extraction.stats import RowCounts
-from service.settings import Settings
 
 _MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution, in standard deviations
 _MIN_LOG_SPREAD = 0.05  # a band whose entries agree closely still allows ~5% (log) of spread per sigma
@@ -56,10 +55,6 @@ class ContentLimits:
     band_min_entries: int
     flag_z: float
     refuse_z: float
-
-    @classmethod
-    def of(cls, settings: Settings) -> ContentLimits:
-        return cls(**{f.name: getattr(settings, f"content_{f.name}") for f in fields(cls)})
 
 
 @dataclass(frozen=True, slots=True)
