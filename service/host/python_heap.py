@@ -16,17 +16,14 @@ import gc
 import threading
 
 _lock = threading.Lock()
-_frozen = False
 
 
 def freeze_startup_heap() -> bool:
     """Move every object alive now out of the collector's reach, the first time in this process; whether this call
     froze it."""
-    global _frozen
     with _lock:
-        if _frozen:
+        if gc.get_freeze_count():  # frozen already: by an earlier start in this process, or by whatever hosts it
             return False
         gc.collect()  # what is garbage already goes first, not into the permanent generation
         gc.freeze()
-        _frozen = True
         return True
