@@ -48,10 +48,26 @@ def _tokenized(tokenizer: Any, texts: dict[int, str], special: bool) -> dict[int
     """Each position's text tokenised, all in one call (a fast tokenizer's batch is the same ids, 2-3x quicker)."""
     if not texts:
         return {}
+    backend = _plain_backend(tokenizer)
+    if backend is not None:
+        rows = [encoding.ids for encoding in backend.encode_batch(list(texts.values()), add_special_tokens=special)]
+        return dict(zip(texts, rows, strict=True))
     ids = tokenizer(
         list(texts.values()), add_special_tokens=special, return_attention_mask=False, return_token_type_ids=False
     )["input_ids"]
     return {position: list(row) for position, row in zip(texts, ids, strict=True)}
+
+
+def _plain_backend(tokenizer: Any) -> Any | None:
+    """A fast tokenizer's Rust tokenizer where calling it is what transformers' call does for plain text (no
+    truncation, no padding, special tokens split as the wrapper would): the same ids without the wrapper's
+    conversion of each encoding, about a quarter of a job's tokenising time on short texts. None otherwise."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.truncation is not None or backend.padding is not None:
+        return None
+    if backend.encode_special_tokens != bool(getattr(tokenizer, "split_special_tokens", False)):
+        return None
+    return backend
 
 
 def encode(
