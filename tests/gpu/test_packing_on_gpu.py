@@ -136,3 +136,16 @@ def test_a_one_pass_norm_over_a_pack_gives_each_sequence_its_eager_norm_alone(no
             rows = slice(start * heads, (start + length) * heads)
             alone = eager(x[rows].clone(), gate[rows].clone())
             assert torch.equal(alone.view(torch.int16), whole[rows].view(torch.int16)), (norm, length, start)
+    # filler rows hold whatever was in memory: NaN, infinities, the largest values, beside a sequence's rows
+    for poison in (float("nan"), float("inf"), -3e38):
+        for length in (129, 200, 333):
+            start = 64 * 37
+            rows = slice(start * heads, (start + length) * heads)
+            poisoned, poisoned_gate = torch.full_like(x, poison), torch.full_like(gate, poison)
+            poisoned[rows], poisoned_gate[rows] = x[rows], gate[rows]
+            if norm == "gated":
+                found = fused_kernels.gated_norm(poisoned.contiguous(), eps, weight, poisoned_gate)
+            else:
+                found = fused_kernels.rms_norm(poisoned, eps, 1.0 + weight.float())
+            alone = eager(x[rows].clone(), gate[rows].clone())
+            assert torch.equal(alone.view(torch.int16), found[rows].view(torch.int16)), (norm, poison, length)
