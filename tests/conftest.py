@@ -283,15 +283,16 @@ def forward_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The tokens of every one-sequence forward any extractor runs from now on (probes included, the canary not),
     in order."""
     from service.core.write.canary import canary_ids
-    from service.extraction.extractor import Extractor
+    from service.extraction import alone, bit_checks, extractor
 
     sizes: list[int] = []
-    original = Extractor._forward
+    original = alone.forward_alone
 
-    def counting(self: Extractor, seq: Any, *args: object, **kwargs: object) -> object:
-        if seq.ids != canary_ids(int(self.loaded.config.vocab_size)):
+    def counting(loaded: Any, seq: Any, *args: object, **kwargs: object) -> Any:
+        if seq.ids != canary_ids(int(loaded.config.vocab_size)):
             sizes.append(len(seq.ids))  # not the canary, which runs once per loaded model and backend
-        return original(self, seq, *args, **kwargs)
+        return original(loaded, seq, *args, **kwargs)
 
-    monkeypatch.setattr(Extractor, "_forward", counting)
+    for module in (extractor, bit_checks):  # the extractor's forwards and its bit checks' probes
+        monkeypatch.setattr(module, "forward_alone", counting)
     return sizes

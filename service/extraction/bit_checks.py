@@ -1,45 +1,29 @@
 """Whether the fused elementwise forwards keep a forward's bits, here: they run only once their kernels gave the eager
 bits on every bfloat16 input (service/model/fused.py) and probe sequences have been through every layer with and
-without them and every bit matched."""
+without them, by the forward an unpacked extraction runs (alone.py), and every bit matched."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 
 from compute.forward import ForwardPlan
 from schemas.backend import Backend
 from schemas.featureset import FINAL_NORM, FeatureSet
+from service.extraction.alone import TokenSequence, forward_alone
 from service.model.fused import FusedForwards
 from service.model.loader import LoadedModel
 
 log = logging.getLogger("hsstore.extraction")
 
 
-@dataclass(frozen=True, slots=True)
-class TokenSequence:
-    """One row of a forward: its token ids (prompt, then completion)."""
-
-    ids: list[int]
-    prompt_tokens: int
-    completion_source: str | None
-
-
-# one sequence, a forward plan, fused forwards or None -> [T, n_layers, H] hidden states, its heads, its device ids
-Forward = Callable[
-    [TokenSequence, ForwardPlan, FusedForwards | None], tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]
-]
-
-
 class BitChecks:
     """Each probe runs once per backend, on the caller's thread, under the extractor's lock and kernels."""
 
-    def __init__(self, loaded: LoadedModel, forward: Forward, fuse: bool) -> None:
+    def __init__(self, loaded: LoadedModel, fuse: bool) -> None:
         self.loaded = loaded
-        self.forward = forward
         self.fuse = fuse
         self._fused: FusedForwards | None = None
         self._fusion_checked: dict[Backend, bool] = {}
@@ -70,8 +54,8 @@ class BitChecks:
         layers = self.loaded.num_layers
         every_layer = ForwardPlan.of(FeatureSet(layers=[*range(layers), FINAL_NORM]), layers)
         for probe in self._probes((300, 1000)):
-            eager, _, _ = self.forward(probe, every_layer, None)
-            with_fusion, _, _ = self.forward(probe, every_layer, fused)
+            eager, _, _ = forward_alone(self.loaded, probe, every_layer)
+            with_fusion, _, _ = forward_alone(self.loaded, probe, every_layer, fused)
             if not torch.equal(eager, with_fusion):
                 return False
         return True

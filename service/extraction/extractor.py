@@ -21,7 +21,8 @@ from schemas.batching import PackPolicy
 from schemas.device_run import DeviceRun, LayerMode
 from schemas.featureset import FeatureSet
 from schemas.manifest import HIDDEN_STATES
-from service.extraction.bit_checks import BitChecks, TokenSequence
+from service.extraction.alone import TokenSequence, forward_alone, heads
+from service.extraction.bit_checks import BitChecks
 from service.extraction.fingerprints import degraded_modes, device_name, fingerprint_of
 from service.extraction.host_copies import HostCopies
 from service.extraction.layer_graphs import LayerGraphs, LayerRecorder
@@ -63,7 +64,7 @@ class Extractor:
         self.graphs: LayerGraphs | None = None  # made at the first pack: its templates hold a layer of each kind
         self._lock = threading.Lock()  # one model, one forward at a time: kernels are bound process-wide
         self.copies = HostCopies(loaded.device)
-        self.checks = BitChecks(loaded, self._forward, fuse)  # which faster ways of running keep the bits, here
+        self.checks = BitChecks(loaded, fuse)  # which faster ways of running keep the bits, here
         self.memory = MemoryPlans(loaded, pack_tokens, self._calibration_pack, replayed=recorder is not None)
 
     @property
@@ -153,12 +154,12 @@ class Extractor:
                     for segment in planned.segments:
                         seq = sequences[segment.index]
                         rows = slice(segment.start, segment.start + segment.length)
-                        heads = self._heads(plan, normed[0, rows] if normed is not None else None)
+                        taken = heads(loaded, plan, normed[0, rows] if normed is not None else None)
                         finished = self._finish(
                             seq,
                             hidden[0, rows],
                             ids[0, rows],
-                            heads,
+                            taken,
                             plan,
                             fingerprint,
                             items[segment.index][1],
@@ -170,10 +171,10 @@ class Extractor:
             fingerprint = self.fingerprint(backend, fused is not None, attention=attention)
             longest_first = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i].ids), i))
             for forward, index in enumerate(longest_first):
-                hidden, heads, ids = self._forward(sequences[index], plan, fused, attention)
-                run.verify()  # nothing leaves this function labelled with kernels that did not run
                 seq = sequences[index]
-                yield index, self._finish(seq, hidden, ids, heads, plan, fingerprint, items[index][1], forward)
+                hidden, taken, ids = forward_alone(loaded, seq, plan, fused, attention, self.copies.pinned)
+                run.verify()  # nothing leaves this function labelled with kernels that did not run
+                yield index, self._finish(seq, hidden, ids, taken, plan, fingerprint, items[index][1], forward)
 
     def fusion_keeps_bits(self, backend: Backend) -> bool:
         """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
@@ -243,31 +244,12 @@ class Extractor:
         finally:
             self.recorder = recorder
 
-    def _heads(self, plan: ForwardPlan, normed: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        return plan.heads(self.loaded.model.get_output_embeddings(), normed)
-
-    def _forward(
-        self,
-        seq: TokenSequence,
-        plan: ForwardPlan,
-        fused: FusedForwards | None = None,
-        attention: AttentionKernel | None = PINNED_ATTENTION,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
-        """[T, n_layers, H] hidden states of one sequence alone, what the featureset takes from its logits
-        (empty when it takes nothing), and its token ids [T] on the device."""
-        staged = torch.tensor([seq.ids], dtype=torch.long, pin_memory=self.copies.pinned)
-        # from pinned memory without blocking: the thread never waits for the GPU between sequences
-        ids = staged.to(self.loaded.device, non_blocking=True)
-        with fused.applied() if fused is not None else contextlib.nullcontext():
-            hidden, normed = plan.capture(self.loaded.body, ids, attention)
-        return hidden[0], self._heads(plan, normed[0] if normed is not None else None), ids[0]
-
     def _finish(
         self,
         seq: TokenSequence,
         hidden: torch.Tensor,
         ids: torch.Tensor,
-        heads: dict[str, torch.Tensor],
+        taken: dict[str, torch.Tensor],
         plan: ForwardPlan,
         fingerprint: Fingerprint,
         label: str,
@@ -277,7 +259,7 @@ class Extractor:
         """`staged`: the hidden states already on their way to host memory with the pack (`HostCopies.of_pack`); the
         copy stream runs in order, so this entry's event, recorded after its own copies, also marks that copy done."""
         length = len(seq.ids)
-        device_tensors: dict[str, torch.Tensor] = {**heads, _SUMMARY: layer_summary(hidden, ids)}  # what ran
+        device_tensors: dict[str, torch.Tensor] = {**taken, _SUMMARY: layer_summary(hidden, ids)}  # what ran
         if staged is None:
             device_tensors.update(plan.stored(hidden))
         host, done = self.copies.of(device_tensors)

@@ -20,7 +20,7 @@ from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
 from service.extraction import own_rows as own_rows_module
-from service.extraction.bit_checks import TokenSequence
+from service.extraction.alone import TokenSequence, forward_alone
 from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
 from service.model.fused import FusedForwards
@@ -124,7 +124,7 @@ def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards
     )
     alone: Counter = Counter()
     for seq in sequences:
-        alone += _traced(tiny_loaded, lambda seq=seq: extractor._forward(seq, EVERY_LAYER, fused))
+        alone += _traced(tiny_loaded, lambda seq=seq: forward_alone(tiny_loaded, seq, EVERY_LAYER, fused))
     assert alone and any(name == "mm" for name, *_ in alone)  # the linear layers are among what is compared
     if own_rows:
         assert packed == alone, {"only in the pack": packed - alone, "only alone": alone - packed}
