@@ -31,6 +31,7 @@ as it is when each starts. The record is written after each measurement: a run c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -86,6 +87,9 @@ class Server:
         self.url = f"http://127.0.0.1:{env['HSSTORE_PORT']}"
 
     def __enter__(self) -> Server:
+        with contextlib.suppress(httpx.HTTPError):  # an earlier run's server left behind would answer for this one
+            httpx.get(f"{self.url}/readyz", timeout=2)
+            raise RuntimeError(f"something already listens at {self.url}: an earlier run's server?")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hsstore.cli", "serve"],
             env=self.env,
