@@ -270,11 +270,11 @@ def main() -> None:
     services = build_services(settings, loaded)
     vocab = int(loaded.config.vocab_size)
     extractor, spec = services.models.extractor(), services.models.spec
-    record["policy"] = extractor.fingerprint(Backend.FLA, pack=extractor.pack_policy).batching
+    planned = extractor.plan(Backend.FLA).fingerprint  # the fused forwards' probe and the memory plan, untimed
+    record["policy"] = planned.batching
     record["heap"] = settings.heap  # the process's C heap as build_services left it (HSSTORE_HEAP)
-    record["attention_kernel"] = extractor.fingerprint(Backend.FLA).attention_kernel
-    extractor.fusion_keeps_bits(Backend.FLA)
-    record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
+    record["attention_kernel"] = planned.attention_kernel
+    record["elementwise"] = planned.elementwise
 
     def e2e(
         sequences: list[list[int]],
@@ -294,7 +294,7 @@ def main() -> None:
             update["cuda_graphs"] = graphs
         run = build_services(settings.model_copy(update=update), loaded)
         run_extractor = run.models.extractor()
-        run_extractor.fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
+        run_extractor.plan(Backend.FLA)  # its one-time probe and memory plan, untimed
         if run.writer.canaries is not None:  # and the canary, once per model load: untimed too
             run.writer.canaries.check(run_extractor, run.models.spec, Backend.FLA)
         request = ExtractRequest(
@@ -317,7 +317,7 @@ def main() -> None:
         released()
         return elapsed, peak_since(base), {"gpu_idle_share": utilization.idle_share, "write_wait_s": waits}
 
-    record["cuda_graphs"] = extractor.fingerprint(Backend.FLA, pack=extractor.pack_policy).cuda_graphs
+    record["cuda_graphs"] = planned.cuda_graphs
     run = extractor.device_run(featureset, Backend.FLA)  # the layer mode this GPU model runs by default, and why
     record["run"] = run.model_dump(mode="json")
     print(f"run: {record['run']}", flush=True)
@@ -333,7 +333,7 @@ def main() -> None:
             loaded, settings.fused_elementwise, args.pack_tokens, graph_recorder(loaded, other_layers), "the other"
         ),
     }
-    by_mode[other_mode].fusion_keeps_bits(Backend.FLA)  # its one-time probe, untimed
+    by_mode[other_mode].plan(Backend.FLA)  # its one-time probe and memory plan, untimed
 
     def lean(items: list, by: Extractor = extractor) -> float:
         """The forwards and their copies to host memory, each result waited for once the next forward is launched,

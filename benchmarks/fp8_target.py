@@ -49,10 +49,10 @@ def measure(
     """Lean and end-to-end tok/s per mix, the audit, the fingerprint, and the features of `compare` (on the CPU)."""
     services = build_services(settings, loaded)
     extractor, spec = services.models.extractor(), services.models.spec
-    fused = extractor.fusion_keeps_bits(backend)  # its one-time probe, untimed
+    planned = extractor.plan(backend)  # its one-time probe and memory plan, untimed
     if services.writer.canaries is not None:  # and the canary, once per model load: untimed too
         services.writer.canaries.check(extractor, spec, backend)
-    figures: dict = {"elementwise": extractor.fingerprint(backend, fused).elementwise}
+    figures: dict = {"elementwise": planned.fingerprint.elementwise}
 
     def lean(items: list) -> float:
         torch.cuda.synchronize()

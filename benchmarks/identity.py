@@ -234,7 +234,7 @@ def main() -> None:
     record["model"] = {"shape": "Qwen3.5-27B", "layers": args.layers, "featureset": featureset.canonical()}
     # as the service builds it: this GPU model's layer mode, its memory plan measured now
     extractor = build_extractor(Settings(device="cuda", pack_tokens=args.pack_tokens), loaded)
-    record["elementwise"] = extractor.fingerprint(Backend.FLA, extractor.fusion_keeps_bits(Backend.FLA)).elementwise
+    record["elementwise"] = extractor.plan(Backend.FLA).fingerprint.elementwise
     record["policies"] = {
         name: (p.describe() if p else "one sequence per forward") for name, p in policies(args.pack_tokens).items()
     }

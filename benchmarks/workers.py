@@ -182,7 +182,7 @@ def split_check(tokens: int) -> dict:
         max_diff = max(max_diff, float((to_torch(a).float() - to_torch(b).float()).abs().max()))
     return {
         "placement": placement,
-        "fingerprint_device_map": spread.fingerprint(Backend.FLA, spread.fusion_keeps_bits(Backend.FLA)).device_map,
+        "fingerprint_device_map": spread.plan(Backend.FLA).fingerprint.device_map,
         "sequences": len(seqs),
         "tokens": sum(map(len, seqs)),
         "bit_equal_to_single_gpu": not differing,

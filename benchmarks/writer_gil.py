@@ -118,7 +118,7 @@ def main() -> None:
         def made_entries(
             items: Sequence[tuple[EncodedPrompt, str]], featureset: FeatureSet, backend: Backend, **_: object
         ) -> Iterator[tuple[int, PendingExtraction]]:
-            fingerprint = extractor.fingerprint(backend)
+            fingerprint = extractor.plan(backend).fingerprint
             for i, (encoded, label) in enumerate(items):
                 n = len(encoded.prompt_ids)
                 hidden = made[n][0].clone()

@@ -98,7 +98,7 @@ def build_extractor(settings: Settings, model: LoadedModel) -> Extractor:
     mode, why = layer_mode(settings.cuda_graphs, model)
     extractor = Extractor(model, settings.fused_elementwise, settings.pack_tokens, graph_recorder(model, mode), why)
     log.info("layers: %s (%s)", mode.value, why)
-    _, plan = extractor.prepare(model.spec.resolve_backend(settings.default_backend))
+    plan = extractor.plan(model.spec.resolve_backend(settings.default_backend)).memory
     featureset = FeatureSet.default_for(model.num_layers)
     if plan is not None and plan.rows_that_fit(featureset) < ROW_STEP:
         raise ConfigError(

@@ -16,20 +16,21 @@ from typing import Literal
 import torch
 
 from compute.forward import ForwardPlan
-from schemas.backend import PINNED_ATTENTION, SPECS, AttentionKernel, Backend, Fingerprint
+from schemas.backend import PINNED_ATTENTION, AttentionKernel, Backend, Fingerprint
 from schemas.batching import PackPolicy
 from schemas.device_run import DeviceRun, LayerMode
 from schemas.featureset import FeatureSet
 from schemas.manifest import HIDDEN_STATES
 from service.extraction.alone import TokenSequence, forward_alone, heads
 from service.extraction.bit_checks import BitChecks
-from service.extraction.fingerprints import degraded_modes, device_name, fingerprint_of
+from service.extraction.fingerprints import degraded_modes, device_name
 from service.extraction.host_copies import HostCopies
 from service.extraction.layer_graphs import LayerGraphs, LayerRecorder
-from service.extraction.memory_plan import MemoryPlan, MemoryPlans
+from service.extraction.memory_plan import MemoryPlans
 from service.extraction.own_rows import PackRows, own_rows
 from service.extraction.packing import Pack, Segment, pack_inputs, per_sequence, plan_packs
 from service.extraction.results import Extraction, Labels, PendingExtraction
+from service.extraction.run_plan import RunPlan
 from service.extraction.stats import layer_summary
 from service.model.encode import EncodedPrompt
 from service.model.fused import FusedForwards
@@ -74,18 +75,9 @@ class Extractor:
             return None
         return PackPolicy(self.pack_tokens)
 
-    def fingerprint(
-        self,
-        backend: Backend,
-        fused: bool = False,
-        pack: PackPolicy | None = None,
-        attention: AttentionKernel | None = PINNED_ATTENTION,
-    ) -> Fingerprint:
-        return fingerprint_of(self.loaded, backend, fused, pack, attention, self._replays(pack))
-
     def _replays(self, pack: PackPolicy | None) -> bool:
         """Whether `pack`'s forwards are to replay recorded layers: the same kernels on the same arguments as eager,
-        so the same bits (layer_graphs.py). Each pack's entries are then named by what did run (`extract_many`)."""
+        so the same bits (layer_graphs.py). Each pack's entries are then named by what did run (`RunPlan.ran`)."""
         failed = self.graphs is not None and self.graphs.failure is not None
         return pack is not None and pack.own_rows and self.recorder is not None and not failed
 
@@ -131,25 +123,20 @@ class Extractor:
         attention: AttentionKernel | Literal["default"] | None = "default",
     ) -> Iterator[tuple[int, PendingExtraction]]:
         """Yield (index into `items`, pending extraction) as packs or forwards finish, longest sequences first;
-        full attention on `attention`'s kernel (None: torch's choice, as entries before the pin)."""
+        full attention on `attention`'s kernel (None: torch's choice, as entries before the pin), packed by `pack` as
+        this card holds it (None: one sequence per forward); "default": the extractor's."""
         loaded = self.loaded
-        pack = self.pack_policy if pack == "default" else pack
-        attention = self.attention_kernel if attention == "default" else attention
         plan = ForwardPlan.of(featureset, len(loaded.body.layers))
-        with self._lock, self._on_device(), torch.inference_mode(), loaded.kernels.running(backend) as run:
-            fused = self.checks.fusion(backend)
+        with self._lock, self._on_device(), torch.inference_mode(), loaded.kernels.running(backend) as kernels:
             sequences = [self._complete(encoded) for encoded, _ in items]
-            run.verify()
-            lengths, fast = [len(s.ids) for s in sequences], SPECS[backend].fast
-            pack = self.memory.fitted(pack, featureset, backend, lengths, (fused, fast))  # what this card holds
-            if pack is not None:
-                planned_to = self.fingerprint(backend, fused is not None, pack, attention)
-                for forward, planned in enumerate(plan_packs(lengths, pack)):
-                    ran = self._forward_pack(planned, sequences, plan, fused, pack, fast, attention)
-                    hidden, normed, ids, replayed = ran
-                    run.verify()
-                    # what ran, not what was asked: a recording that failed in this pack left its layers eager
-                    fingerprint = planned_to.model_copy(update={"cuda_graphs": replayed})
+            kernels.verify()
+            lengths = [len(s.ids) for s in sequences]
+            run = self._plan(backend, featureset, lengths, pack, attention)
+            if run.pack is not None:
+                for forward, planned in enumerate(plan_packs(lengths, run.pack)):
+                    hidden, normed, ids, replayed = self._forward_pack(planned, sequences, plan, run)
+                    kernels.verify()
+                    fingerprint = run.ran(replayed)  # what ran, not what was asked
                     staged = self.copies.of_pack(hidden, planned, plan)
                     for segment in planned.segments:
                         seq = sequences[segment.index]
@@ -168,24 +155,40 @@ class Extractor:
                         )
                         yield segment.index, finished
                 return
-            fingerprint = self.fingerprint(backend, fused is not None, attention=attention)
             longest_first = sorted(range(len(sequences)), key=lambda i: (-len(sequences[i].ids), i))
             for forward, index in enumerate(longest_first):
                 seq = sequences[index]
-                hidden, taken, ids = forward_alone(loaded, seq, plan, fused, attention, self.copies.pinned)
-                run.verify()  # nothing leaves this function labelled with kernels that did not run
-                yield index, self._finish(seq, hidden, ids, taken, plan, fingerprint, items[index][1], forward)
+                hidden, taken, ids = forward_alone(loaded, seq, plan, run.fused, run.attention, self.copies.pinned)
+                kernels.verify()  # nothing leaves this function labelled with kernels that did not run
+                yield index, self._finish(seq, hidden, ids, taken, plan, run.fingerprint, items[index][1], forward)
 
-    def fusion_keeps_bits(self, backend: Backend) -> bool:
-        """Whether the fused elementwise forwards run here under `backend` (proven bit-equal first)."""
-        return self.prepare(backend)[0]
-
-    def prepare(self, backend: Backend) -> tuple[bool, MemoryPlan | None]:
-        """The one-time work of running `backend` here, done now: whether the fused forwards keep the bits (their
-        proof), and on CUDA the memory plan (its calibration)."""
+    def plan(
+        self,
+        backend: Backend,
+        pack: PackPolicy | Literal["default"] | None = "default",
+        attention: AttentionKernel | Literal["default"] | None = "default",
+    ) -> RunPlan:
+        """How a call under `backend` runs here (packs of the default featureset), its one-time work done now: the
+        fused forwards' proof and, on CUDA, the memory plan's calibration."""
         with self._lock, self._on_device(), torch.inference_mode(), self.loaded.kernels.running(backend):
-            fused = self.checks.fusion(backend)
-            return fused is not None, self.memory.plan(backend, (fused, SPECS[backend].fast))
+            return self._plan(backend, FeatureSet.default_for(self.loaded.num_layers), [], pack, attention)
+
+    def _plan(
+        self,
+        backend: Backend,
+        featureset: FeatureSet,
+        lengths: Sequence[int],
+        pack: PackPolicy | Literal["default"] | None,
+        attention: AttentionKernel | Literal["default"] | None,
+    ) -> RunPlan:
+        """The plan of a call of sequences of `lengths` under `featureset`, under the caller's lock and `backend`'s
+        kernels: its pack as this card holds it (TooLarge where a sequence is longer than the card holds)."""
+        fused = self.checks.fusion(backend)
+        memory = self.memory.plan(backend, fused)
+        pack = self.pack_policy if pack == "default" else pack
+        pack = memory.holding(pack, featureset, lengths) if memory is not None else pack
+        attention = self.attention_kernel if attention == "default" else attention
+        return RunPlan.of(self.loaded, backend, fused, pack, attention, self._replays(pack), memory)
 
     def _on_device(self) -> contextlib.AbstractContextManager:
         """The model's (first) GPU as this thread's current device: Triton kernels (fla's, ours) launch on the
@@ -207,42 +210,34 @@ class Extractor:
         return TokenSequence(encoded.prompt_ids + completion, len(encoded.prompt_ids), encoded.completion_source)
 
     def _forward_pack(
-        self,
-        pack: Pack,
-        sequences: list[TokenSequence],
-        plan: ForwardPlan,
-        fused: FusedForwards | None,
-        policy: PackPolicy,
-        fast: frozenset[str],
-        attention: AttentionKernel | None = PINNED_ATTENTION,
+        self, pack: Pack, sequences: list[TokenSequence], plan: ForwardPlan, run: RunPlan
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, bool]:
         """[1, shape, n_layers, H] hidden states of one pack, the final norm's output when logits are needed, the
-        pack's token ids [1, shape] on the device, and whether layers were replayed. `fast`: the kernel roles the
-        backend runs fast."""
+        pack's token ids [1, shape] on the device, and whether layers were replayed."""
+        policy = run.pack
+        assert policy is not None, "a pack runs under a pack policy"
         inputs = pack_inputs(pack, [s.ids for s in sequences], self.loaded.device, self.copies.pinned)
         ids = inputs.pop("input_ids")
         rows = PackRows([(s.start, s.start + s.length) for s in pack.segments], pack.shape) if policy.own_rows else None
-        graphs = self._layer_graphs() if rows is not None else None
+        graphs = self._layer_graphs() if run.replays else None
         templates = graphs.templates if graphs is not None else []  # run as the layers they stand in for
+        fused = run.fused
         with (
             fused.applied(rows, templates) if fused is not None else contextlib.nullcontext(),
             own_rows([self.loaded.body, *templates], rows, fused) if rows is not None else contextlib.nullcontext(),
-            per_sequence(self.loaded.kernels.module, pack, policy, fast),
+            per_sequence(self.loaded.kernels.module, pack, policy, run.fast),
             graphs.routed(plan.layers_run - 1) if graphs is not None else contextlib.nullcontext(),
         ):
-            hidden, normed = plan.capture(self.loaded.body, ids, attention, **inputs)
+            hidden, normed = plan.capture(self.loaded.body, ids, run.attention, **inputs)
         return hidden, normed, ids, graphs is not None and graphs.replays > 0
 
-    def _calibration_pack(self, rows: int, backend: Backend, how: tuple[FusedForwards | None, frozenset[str]]) -> None:
+    def _calibration_pack(self, rows: int, backend: Backend, fused: FusedForwards | None) -> None:
         """One own-rows pack of `rows` random tokens through every decoder layer, its layers eager: recordings stay
         the real packs' (their pools are counted apart). The memory plan's calibration, under the caller's lock."""
         ids = torch.randint(0, int(self.loaded.config.vocab_size), (rows,), generator=torch.Generator().manual_seed(0))
         plan = ForwardPlan.of(FeatureSet(layers=[self.loaded.num_layers - 1]), self.loaded.num_layers)
-        recorder, self.recorder, pack = self.recorder, None, Pack(rows, (Segment(0, 0, rows),))
-        try:
-            self._forward_pack(pack, [TokenSequence(ids.tolist(), rows, None)], plan, how[0], PackPolicy(rows), how[1])
-        finally:
-            self.recorder = recorder
+        run = RunPlan.of(self.loaded, backend, fused, PackPolicy(rows), PINNED_ATTENTION, False, None)
+        self._forward_pack(Pack(rows, (Segment(0, 0, rows),)), [TokenSequence(ids.tolist(), rows, None)], plan, run)
 
     def _finish(
         self,

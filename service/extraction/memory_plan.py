@@ -88,6 +88,25 @@ class MemoryPlan:
         """The longest sequence this card extracts under `featureset` (alone in a pack of its own length)."""
         return self.rows_that_fit(featureset)
 
+    def holding(self, pack: PackPolicy | None, featureset: FeatureSet, lengths: Sequence[int]) -> PackPolicy | None:
+        """`pack` as this card holds it under `featureset`: an own-rows pack's rows cut to what fits (its bits are
+        each sequence's own whatever its rows); TooLarge for a sequence longer than the card holds, or for an earlier
+        release's pack (whose bits follow its rows) that does not fit."""
+        longest = self.longest_sequence(featureset)
+        if (most := max(lengths, default=0)) > longest:
+            raise TooLarge(
+                f"{most} tokens exceed the limit of {longest} tokens per sample that this GPU holds under featureset "
+                f"{featureset.id} (its memory plan: GET /v1/info)"
+            )
+        if pack is None:
+            return None
+        rows = self.pack_rows(featureset)
+        if pack.own_rows:
+            return pack if pack.tokens <= rows else PackPolicy(rows, pack.align)
+        if pack.tokens > self.rows_that_fit(featureset):
+            raise TooLarge(f"an earlier release's packs of {pack.tokens} rows do not fit this GPU (it holds {rows})")
+        return pack
+
     def info(self, featureset: FeatureSet) -> MemoryPlanInfo:
         return MemoryPlanInfo(
             total_gib=round(self.total / GIB, 2),
@@ -101,7 +120,7 @@ class MemoryPlan:
         )
 
     @classmethod
-    def fitted(
+    def from_peaks(
         cls,
         peaks: dict[int, int],
         total: int,
@@ -122,8 +141,8 @@ class MemoryPlan:
 
 
 # one own-rows pack of `rows` random tokens through every decoder layer, as packs run here, under the extractor's lock
-# and `backend`'s kernels, with the fused forwards and fast roles it runs
-Calibrate = Callable[[int, Backend, tuple[FusedForwards | None, frozenset[str]]], None]
+# and `backend`'s kernels, with the fused forwards it runs (None: eager)
+Calibrate = Callable[[int, Backend, FusedForwards | None], None]
 
 
 class MemoryPlans:
@@ -137,29 +156,29 @@ class MemoryPlans:
     def known(self, backend: Backend) -> MemoryPlan | None:
         return self._plans.get(backend)
 
-    def plan(self, backend: Backend, how: tuple[FusedForwards | None, frozenset[str]]) -> MemoryPlan | None:
+    def plan(self, backend: Backend, fused: FusedForwards | None) -> MemoryPlan | None:
         """`backend`'s plan, measured now if it was not (the caller holds the lock and the backend's kernels)."""
         if backend not in self._plans and self.loaded.device.type == "cuda":
-            self._plans[backend] = self._measure(backend, how)
+            self._plans[backend] = self._measure(backend, fused)
         return self._plans.get(backend)
 
-    def _measure(self, backend: Backend, how: tuple[FusedForwards | None, frozenset[str]]) -> MemoryPlan:
+    def _measure(self, backend: Backend, fused: FusedForwards | None) -> MemoryPlan:
         device = self.loaded.device
         torch.cuda.synchronize(device)
         free_now, total = torch.cuda.mem_get_info(device)
         base = torch.cuda.memory_allocated(device)
         free = free_now + torch.cuda.memory_reserved(device) - base  # the allocator's free blocks are ours to reuse
-        self.calibrate(CALIBRATION_ROWS[0], backend, how)  # unmeasured: every kernel's first call done
+        self.calibrate(CALIBRATION_ROWS[0], backend, fused)  # unmeasured: every kernel's first call done
         torch.cuda.synchronize(device)
         peaks = {}
         for rows in CALIBRATION_ROWS:
             torch.cuda.reset_peak_memory_stats(device)
-            self.calibrate(rows, backend, how)
+            self.calibrate(rows, backend, fused)
             torch.cuda.synchronize(device)
             peaks[rows] = torch.cuda.max_memory_allocated(device) - base
         config = self.loaded.config
         geometry = (int(config.hidden_size), int(config.vocab_size))
-        plan = MemoryPlan.fitted(peaks, total, free, *geometry, self.configured_rows, replayed=self.replayed)
+        plan = MemoryPlan.from_peaks(peaks, total, free, *geometry, self.configured_rows, replayed=self.replayed)
         default = FeatureSet.default_for(self.loaded.num_layers)
         log.info(
             "memory plan for %s on %s: %.1f GiB free after the weights, peaks %s, %d bytes a row (+%.1f GiB), packs "
@@ -174,32 +193,3 @@ class MemoryPlans:
             plan.longest_sequence(default),
         )
         return plan
-
-    def fitted(
-        self,
-        pack: PackPolicy | None,
-        featureset: FeatureSet,
-        backend: Backend,
-        lengths: Sequence[int],
-        how: tuple[FusedForwards | None, frozenset[str]],
-    ) -> PackPolicy | None:
-        """`pack` as this card holds it under `featureset`: an own-rows pack's rows cut to what fits (its bits are
-        each sequence's own whatever its rows); TooLarge for a sequence longer than the card holds, or for an earlier
-        release's pack (whose bits follow its rows) that does not fit. Unchanged off CUDA."""
-        plan = self.plan(backend, how)
-        if plan is None:
-            return pack
-        longest = plan.longest_sequence(featureset)
-        if (most := max(lengths, default=0)) > longest:
-            raise TooLarge(
-                f"{most} tokens exceed the limit of {longest} tokens per sample that this GPU holds under featureset "
-                f"{featureset.id} (its memory plan: GET /v1/info)"
-            )
-        if pack is None:
-            return None
-        rows = plan.pack_rows(featureset)
-        if pack.own_rows:
-            return pack if pack.tokens <= rows else PackPolicy(rows, pack.align)
-        if pack.tokens > plan.rows_that_fit(featureset):
-            raise TooLarge(f"an earlier release's packs of {pack.tokens} rows do not fit this GPU (it holds {rows})")
-        return pack

@@ -27,7 +27,7 @@ H100 = {"total": 80 * GIB, "free": 28 * GIB, "hidden_size": 5120, "vocab_size": 
 
 def test_a_plan_is_the_line_through_its_calibration_peaks() -> None:
     per_row, fixed = 1_200_000, 3 * GIB  # a pack on a card that holds a little less than 16,384 rows
-    plan = MemoryPlan.fitted({2048: fixed + 2048 * per_row, 4096: fixed + 4096 * per_row}, **H100)
+    plan = MemoryPlan.from_peaks({2048: fixed + 2048 * per_row, 4096: fixed + 4096 * per_row}, **H100)
     assert (plan.per_row, plan.fixed) == (per_row, fixed)
     default = FeatureSet.default_for(64)
     rows = plan.rows_that_fit(default)
@@ -37,11 +37,13 @@ def test_a_plan_is_the_line_through_its_calibration_peaks() -> None:
     assert plan.pack_rows(default) == rows == plan.longest_sequence(default)
     every = FeatureSet(layers=["embed", *range(64), "final_norm"], target_ids=True, top_k=16)
     assert plan.rows_that_fit(every) < rows  # more layers stored and the heads' logits: fewer rows
-    roomy = MemoryPlan.fitted({2048: fixed + 2048 * 300_000, 4096: fixed + 4096 * 300_000}, **H100)
+    roomy = MemoryPlan.from_peaks({2048: fixed + 2048 * 300_000, 4096: fixed + 4096 * 300_000}, **H100)
     assert roomy.pack_rows(default) == 16384 < roomy.longest_sequence(default)  # the configured shape where it fits
-    replayed = MemoryPlan.fitted({2048: fixed + 2048 * per_row, 4096: fixed + 4096 * per_row}, **H100, replayed=True)
+    replayed = MemoryPlan.from_peaks(
+        {2048: fixed + 2048 * per_row, 4096: fixed + 4096 * per_row}, **H100, replayed=True
+    )
     assert replayed.rows_that_fit(default) < rows // 5  # layers replayed: their graph pools take rows too
-    full = MemoryPlan.fitted({2048: 30 * GIB, 4096: 31 * GIB}, **H100)
+    full = MemoryPlan.from_peaks({2048: 30 * GIB, 4096: 31 * GIB}, **H100)
     assert full.rows_that_fit(default) == 0  # nothing fits: the composition root refuses to start
 
 
@@ -53,11 +55,11 @@ def test_no_measured_peak_lies_above_the_plan() -> None:
     inflated_first = {**line, 2048: line[2048] + 250_000_000}
     steeper_late = {**line, 8192: line[8192] + 4096 * 60_000}
     for peaks, slope in [(inflated_first, per_row), (steeper_late, per_row + 60_000)]:
-        plan = MemoryPlan.fitted(peaks, **H100)
+        plan = MemoryPlan.from_peaks(peaks, **H100)
         assert plan.per_row == slope
         assert all(plan.fixed + rows * plan.per_row >= peak for rows, peak in peaks.items()), (plan, peaks)
-    steeper = MemoryPlan.fitted(steeper_late, **H100).longest_sequence(default)
-    assert steeper < MemoryPlan.fitted(line, **H100).longest_sequence(default)
+    steeper = MemoryPlan.from_peaks(steeper_late, **H100).longest_sequence(default)
+    assert steeper < MemoryPlan.from_peaks(line, **H100).longest_sequence(default)
 
 
 @pytest.fixture

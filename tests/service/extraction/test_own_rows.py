@@ -23,6 +23,7 @@ from service.extraction import own_rows as own_rows_module
 from service.extraction.alone import TokenSequence, forward_alone
 from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
+from service.extraction.run_plan import RunPlan
 from service.model.fused import FusedForwards
 from service.model.loader import LoadedModel
 from tests.service.model.test_fused import CountingReferenceKernels
@@ -118,9 +119,10 @@ def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards
     policy = PackPolicy(tokens=256, align=16, own_rows=own_rows)
     sequences = _sequences([120, 70, 30, 9])
     (pack,) = plan_packs([len(s.ids) for s in sequences], policy)
+    run = RunPlan.of(tiny_loaded, Backend.TORCH, fused, policy, PINNED_ATTENTION, extractor._replays(policy), None)
     packed = _traced(
         tiny_loaded,
-        lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, fused, policy, frozenset(), PINNED_ATTENTION),
+        lambda: extractor._forward_pack(pack, sequences, EVERY_LAYER, run),
     )
     alone: Counter = Counter()
     for seq in sequences:

@@ -110,5 +110,5 @@ def test_the_extractor_fuses_only_what_its_probe_proves_bit_equal(
 ) -> None:
     monkeypatch.setattr(FusedForwards, "for_model", classmethod(lambda cls, model, device: cls(model, kernels())))
     extractor = Extractor(tiny_loaded)
-    assert extractor.fusion_keeps_bits(Backend.TORCH) is fused
-    assert Extractor(tiny_loaded, fuse=False).fusion_keeps_bits(Backend.TORCH) is False
+    assert (extractor.plan(Backend.TORCH).fused is not None) is fused
+    assert Extractor(tiny_loaded, fuse=False).plan(Backend.TORCH).fused is None
