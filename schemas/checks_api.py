@@ -88,9 +88,9 @@ class StoreTally(BaseModel):
     model_revision: str
     backend: str
     featureset_id: str
-    entries: int
-    tokens: int
-    bytes: int = Field(description="the tensors' bytes before compression")
+    entries: int = Field(description="versions stored")
+    tokens: int = Field(description="tokens the stored versions hold")
+    bytes: int = Field(description="bytes the stored versions' tensors hold before compression")
     flagged: int = Field(description="versions the content checks found unusual")
     damaged: int = Field(description="versions whose stored bytes a check found changed")
     suspect: int = Field(description="imports found wrong, suspect by their run, or never vetted")

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from schemas.checks_api import StoreTally
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import ItemState, JobState
 from service.catalog.jobs.records import JobItem, JobRecord, LeaseRecord, NewItem
-from service.catalog.versions.records import StoredKey, Tally
+from service.catalog.versions.records import StoredKey
 
 
 class VersionCatalog(Protocol):
@@ -60,7 +61,7 @@ class StoreTallies(Protocol):
     """What the store holds, kept current as versions are added and marked (never counted by a scan): what
     `health`, the status of the store and `/metrics` read."""
 
-    def tallies(self) -> list[Tally]:
+    def tallies(self) -> list[StoreTally]:
         """Per key space: versions, tokens, bytes, and how many are flagged, damaged or suspect."""
 
     def needing_attention(self, limit: int = 100, after_seq: int = 0) -> list[Manifest]:

@@ -8,22 +8,17 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from schemas.checks_api import StoreTally
 from service.catalog.protocol import StoreTallies
 from service.storage.protocol import BlobStore
 
-# what each key space's tally says, as a gauge labelled by the key space: the gauge's name, its help, the tally's part
-_STORE_GAUGES = (
-    ("hsstore_store_entries", "versions stored", "entries"),
-    ("hsstore_store_tokens", "tokens the stored versions hold", "tokens"),
-    ("hsstore_store_bytes", "bytes the stored versions' tensors hold before compression", "bytes"),
-    ("hsstore_store_flagged_entries", "versions the content checks found unusual", "flagged"),
-    ("hsstore_store_damaged_entries", "versions whose stored bytes a check found changed", "damaged"),
-    ("hsstore_store_suspect_entries", "imports found wrong, suspect by their run, or never vetted", "suspect"),
-    (
-        "hsstore_store_unchecked_entries",
-        "versions neither re-extracted by an audit nor read back by a scrub",
-        "unchecked",
-    ),
+# Each count of a key space's tally (a StoreTally field) as a gauge labelled by the key space, its help the field's
+# description: hsstore_store_<count>, and for the counts of versions in a state hsstore_store_<state>_entries.
+_TOTALS = frozenset({"entries", "tokens", "bytes"})
+_STORE_GAUGES = tuple(
+    (f"hsstore_store_{name}" if name in _TOTALS else f"hsstore_store_{name}_entries", field.description or name, name)
+    for name, field in StoreTally.model_fields.items()
+    if field.annotation is int
 )
 _SPACE = ["model_revision", "backend", "featureset"]
 

@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import Query
 
-from schemas.checks_api import StoreHealth, StoreTally
+from schemas.checks_api import StoreHealth
 from schemas.keys import CURSOR
 from service.api.bounded_json import resource_router
 from service.api.deps import ReadScope, StoreDep, VersionsDep
@@ -43,8 +43,7 @@ def store_health(
     need attention: as fast at 10^7 versions as at 10."""
     if cursor and not CURSOR.match(cursor):
         raise InvalidRequest(f"cursor {cursor[:40]!r} is not one this service handed out")
-    tallies = [StoreTally.model_validate(t, from_attributes=True) for t in versions.tallies()]
     found = versions.needing_attention(limit=limit + 1, after_seq=int(cursor or 0))
     page = found[:limit]
     next_cursor = str(page[-1].seq) if len(found) > limit and page else None
-    return StoreHealth(tallies=tallies, attention=page, next_cursor=next_cursor)
+    return StoreHealth(tallies=versions.tallies(), attention=page, next_cursor=next_cursor)

@@ -128,19 +128,19 @@ def tally_of(manifest: Manifest) -> tuple[int, ...]:
 
 def count_into(tallies: dict[int, list[int]], space: int, manifest: Manifest) -> None:
     """Add one version's `tally_of` to a key space's running counts (a batch's, written with one upsert)."""
-    tally = tallies.setdefault(space, [0] * 7)
+    tally = tallies.setdefault(space, [0] * len(TALLY_COUNTS))
     for position, count in enumerate(tally_of(manifest)):
         tally[position] += count
 
 
+# A key space's running counts, as `tally_of` gives them and the `tallies` table holds them. A new count is a name
+# here, a part of `tally_of` (and of `mark_delta` if a mark moves it), a migration step (schema/tables.py) and a field
+# of StoreTally, which `hsstore health` and /metrics read.
+TALLY_COUNTS = ("entries", "tokens", "bytes", "flagged", "damaged", "suspect", "unchecked")
 # a version counted into its key space's tally (or moved between attentions), on every engine
 TALLY = (
-    "INSERT INTO tallies (space, entries, tokens, bytes, flagged, damaged, suspect, unchecked)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (space) DO UPDATE SET entries = tallies.entries + excluded.entries,"
-    " tokens = tallies.tokens + excluded.tokens, bytes = tallies.bytes + excluded.bytes,"
-    " flagged = tallies.flagged + excluded.flagged, damaged = tallies.damaged + excluded.damaged,"
-    " suspect = tallies.suspect + excluded.suspect, unchecked = tallies.unchecked + excluded.unchecked"
+    f"INSERT INTO tallies (space, {', '.join(TALLY_COUNTS)}) VALUES ({', '.join('?' * (1 + len(TALLY_COUNTS)))})"
+    " ON CONFLICT (space) DO UPDATE SET " + ", ".join(f"{c} = tallies.{c} + excluded.{c}" for c in TALLY_COUNTS)
 )
 
 

@@ -1,4 +1,5 @@
-"""What a version catalog answers besides manifests: a version's key alone, and the tallies kept per key space."""
+"""What a version catalog answers besides manifests: a version's key alone (the tallies it keeps per key space are
+the contract's StoreTally)."""
 
 from __future__ import annotations
 
@@ -6,23 +7,6 @@ from dataclasses import dataclass
 
 from schemas.api import ListedKey
 from schemas.datasets import IndexRow
-
-
-@dataclass(frozen=True, slots=True)
-class Tally:
-    """What one key space holds, kept current as versions are added and marked."""
-
-    space: int
-    model_revision: str
-    backend: str
-    featureset_id: str
-    entries: int
-    tokens: int
-    bytes: int  # the tensors' bytes before compression
-    flagged: int
-    damaged: int
-    suspect: int
-    unchecked: int  # neither re-extracted by an audit nor read back by a scrub
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from schemas.api import ListedKey
+from schemas.checks_api import StoreTally
 from schemas.keys import EntryFilter, EntryKey
 from schemas.manifest import AuditRecord, IntegrityRecord, Manifest
 from schemas.states import SUSPECT_AUDITS, Integrity
@@ -22,6 +23,7 @@ from service.catalog.schema.dialect import Dialect
 from service.catalog.versions.filters import filter_clause
 from service.catalog.versions.manifest_rows import (
     TALLY,
+    TALLY_COUNTS,
     Attention,
     VersionRow,
     attention_of,
@@ -35,7 +37,7 @@ from service.catalog.versions.manifest_rows import (
     tally_of,
     unchecked,
 )
-from service.catalog.versions.records import StoredKey, Tally
+from service.catalog.versions.records import StoredKey
 from service.catalog.versions.references import References
 from service.catalog.versions.sampling import draw
 
@@ -231,8 +233,9 @@ class SqlVersionCatalog(Dialect, ABC):
         """Up to `count` versions drawn at random from the key spaces `where` names (its other parts are not read),
         each weighted by its tally (sampling.py): a sample of 10^7 costs what one of 10^3 does."""
         spaces = self.refs.matching(where)
-        weights = {t.space: t.entries for t in self._space_tallies() if spaces is None or t.space in spaces}
-        weights = {space: entries for space, entries in weights.items() if entries}
+        with self.db.connection() as conn:
+            counted = conn.execute("SELECT space, entries FROM tallies WHERE entries > 0").fetchall()
+        weights = {int(s): int(entries) for s, entries in counted if spaces is None or int(s) in spaces}
         if not weights or count <= 0:
             return []
         bounds: dict[int, tuple[int, int]] = {}
@@ -260,23 +263,19 @@ class SqlVersionCatalog(Dialect, ABC):
             ).fetchall()
         return self._manifests(rows)
 
-    def tallies(self) -> list[Tally]:
-        return self._space_tallies()
-
-    def _space_tallies(self) -> list[Tally]:
+    def tallies(self) -> list[StoreTally]:
         with self.db.connection() as conn:
-            rows = conn.execute(
-                "SELECT t.space, t.entries, t.tokens, t.bytes, t.flagged, t.damaged, t.suspect, t.unchecked"
-                " FROM tallies t"
-                " ORDER BY t.space"
-            ).fetchall()
-        tallies = []
-        for space, *counts in rows:
-            parts = self.refs.space(int(space))
-            tallies.append(
-                Tally(int(space), parts.model_revision, parts.backend, parts.featureset_id, *map(int, counts))
-            )
-        return tallies
+            rows = conn.execute(f"SELECT space, {', '.join(TALLY_COUNTS)} FROM tallies ORDER BY space").fetchall()
+        return [self._tally(int(space), counts) for space, *counts in rows]
+
+    def _tally(self, space: int, counts: list) -> StoreTally:
+        parts = self.refs.space(space)
+        return StoreTally(
+            model_revision=parts.model_revision,
+            backend=parts.backend,
+            featureset_id=parts.featureset_id,
+            **{name: int(count) for name, count in zip(TALLY_COUNTS, counts, strict=True)},
+        )
 
     def moved_to(self, prompt_hash: str) -> str | None:
         with self.db.connection() as conn:
