@@ -20,6 +20,7 @@ JOB_COLUMNS = (
     "busy_s, error, existing"
 )
 ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, completion_ids, completion_source"
+NEW_ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, greedy_tokens"  # a new item's row (_item_row)
 # a job of this many items makes a planner's statistics of job_items stale (Postgres: a claim seq-scans 10^6
 # rows until autovacuum's ANALYZE comes round, 11 claims/s against 700 after it)
 _RESTATED_AFTER = 10_000
@@ -51,6 +52,11 @@ class SqlJobStore(Dialect, ABC):
     def _many(self, conn: Any, statement: str, rows: Sequence[tuple]) -> None:
         """One statement over many rows."""
 
+    def _insert_items(self, conn: Any, rows: Sequence[tuple]) -> None:
+        """New items' rows (NEW_ITEM_COLUMNS), inserted in the caller's transaction."""
+        values = ", ".join("?" * len(NEW_ITEM_COLUMNS.split(", ")))
+        self._many(conn, self._sql(f"INSERT INTO job_items ({NEW_ITEM_COLUMNS}) VALUES ({values})"), rows)
+
     @abstractmethod
     def _claim(self, conn: Any, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None) -> list:
         """Lease up to `limit` pending items of a job no live lease holds (of `backend`, if given); their rows."""
@@ -62,10 +68,6 @@ class SqlJobStore(Dialect, ABC):
     def create_job(self, job: JobRecord, items: Iterable[NewItem]) -> None:
         """The job and its items in one transaction, the items inserted a batch at a time as they come (a job of
         10^6 samples is never a list in memory)."""
-        insert = self._sql(
-            "INSERT INTO job_items (job_id, idx, backend, sample, prompt_hash, state, greedy_tokens)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)"
-        )
         with self.db.transaction() as conn:
             conn.execute(
                 self._sql(
@@ -85,7 +87,7 @@ class SqlJobStore(Dialect, ABC):
             )
             total, pending = 0, iter(items)
             while batch := list(itertools.islice(pending, _BATCH)):  # (itertools.batched: Python 3.12 on)
-                self._many(conn, insert, [(job.id, *_item_row(item)) for item in batch])
+                self._insert_items(conn, [(job.id, *_item_row(item)) for item in batch])
                 total += len(batch)
             conn.execute(self._sql("UPDATE jobs SET items_total = ? WHERE id = ?"), (total, job.id))
         if total >= _RESTATED_AFTER:
