@@ -302,6 +302,16 @@ def memory_summary(samples: list[dict[str, float]], warmup: float, tail: float, 
     }
 
 
+def stated_memory(url: str, samples: list[dict[str, float]]) -> dict[str, Any]:
+    """The budget the server states (/v1/info's host_memory) at the end of the load, and whether every RSS sample
+    stayed under it."""
+    stated = httpx.get(f"{url}/v1/info", timeout=30).json().get("host_memory")
+    if stated is None:  # an earlier release's server states none
+        return {}
+    peak = max(s["rss_mib"] for s in samples)
+    return {**stated, "peak_rss_mib": peak, "within_budget": peak <= stated["budget_mib"]}
+
+
 def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.monotonic()
     stop = threading.Event()
@@ -351,6 +361,7 @@ def run_load(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         "acknowledged": len(acknowledged),
         "acknowledged_keys": acknowledged,
         "memory": memory_summary(samples, args.warmup, args.tail, args.duration),
+        "host_memory": stated_memory(server.url, samples),
         "p99_last_over_first": {
             name: round(last[name]["p99_ms"] / first[name]["p99_ms"], 2) for name in first if name in last
         },

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validat
 from schemas.backend import BackendChoice, StoredBackend, check_backend
 from schemas.device_run import DeviceRun
 from schemas.featureset import FeatureSet, LayerId
+from schemas.host_memory import HostMemory
 from schemas.keys import (
     CONTENT_HASH,
     MODEL_REVISION,
@@ -115,6 +116,7 @@ class Info(BaseModel):
     window: dict[str, Any]
     limits: dict[str, int | None]  # max_sample_tokens None: the card's, per featureset (run.memory once loaded)
     run: DeviceRun | None = None  # how this device runs the model, once it is loaded here
+    host_memory: HostMemory | None = None  # what the process holds against its budget (None: an older service)
 
 
 class LayersKey(FeatureKey):

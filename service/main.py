@@ -34,7 +34,7 @@ from service.core.trust.verifier import Verifier
 from service.core.write.canary import Canaries
 from service.core.write.content_checks import ContentChecks, ContentLimits
 from service.core.write.estimator import Estimator
-from service.core.write.prepare import RequestPreparer, sample_tokens_limit
+from service.core.write.prepare import CPU_SAMPLE_TOKENS, RequestPreparer, sample_tokens_limit
 from service.core.write.recorder import Recorder
 from service.core.write.writer import FeatureWriter
 from service.errors import ConfigError
@@ -43,13 +43,14 @@ from service.extraction.layer_graphs import graph_recorder, layer_mode
 from service.extraction.memory_plan import GIB, ROW_STEP
 from service.host.allocator import bound_heap
 from service.host.handover import HandoverLedger
+from service.host.memory_budget import MemoryBudget
 from service.host.sglang import SGLangClient
 from service.jobs.queue import JobQueue
 from service.jobs.runner import JobRunner
 from service.metrics.counters import Metrics
-from service.metrics.operator import HostCollector, QueueCollector
+from service.metrics.operator import HostCollector, MemoryCollector, QueueCollector
 from service.metrics.store import StoreCollector
-from service.model.loader import LoadedModel, load_spec, load_weights
+from service.model.loader import LoadedModel, ModelSpec, load_spec, load_weights
 from service.model.manager import ModelManager
 from service.registry import build_catalog, build_handover, build_store, check_data_dir
 from service.services import Services
@@ -109,6 +110,16 @@ def build_extractor(settings: Settings, model: LoadedModel) -> Extractor:
     return extractor
 
 
+def build_memory_budget(settings: Settings, spec: ModelSpec | None, in_flight: int) -> MemoryBudget:
+    """The host memory budget: the writer's entries in flight counted at the longest sample it takes (on a GPU
+    whose limit is the card's, a pack's rows: a longer one runs alone, the rarer case) under the default featureset."""
+    if spec is None:  # a replica: it writes no extractions
+        return MemoryBudget(0, 0, 0)
+    tokens = settings.max_sample_tokens or (CPU_SAMPLE_TOKENS if spec.device.type == "cpu" else settings.pack_tokens)
+    values = len(FeatureSet.default_for(spec.num_layers).layers) * int(spec.config.hidden_size)
+    return MemoryBudget(in_flight, tokens, values)
+
+
 @dataclass
 class StoreAdmin:
     """What the admin verbs on a store build (`hsstore rebuild-catalog`, `verify`): its blobs and catalog and the
@@ -165,6 +176,9 @@ def build_services(
         write_waits=metrics.write_wait_seconds,
         writer_threads=settings.writer_threads,
     )
+    memory = build_memory_budget(settings, spec, writer.max_in_flight)
+    if models is not None:
+        models.on_event = memory.following(models.on_event)
     verifier = Verifier(store, versions, kv)
     runner = None
     if models is not None and settings.run_jobs:
@@ -193,6 +207,7 @@ def build_services(
         models=models,
         preparer=preparer,
         metrics=metrics,
+        memory=memory,
         reader=reader,
         recorder=recorder,
         writer=writer,
@@ -254,6 +269,7 @@ def create_app(
     registry = services.metrics.registry
     registry.register(StoreCollector(services.versions, services.store))
     registry.register(QueueCollector(services.jobs))
+    registry.register(MemoryCollector(services.memory))
     if services.runner is not None:
         registry.register(HostCollector(services.windows, services.models))
     limits = {

@@ -22,6 +22,7 @@ from service.core.write.prepare import RequestPreparer
 from service.core.write.recorder import Recorder
 from service.core.write.writer import FeatureWriter
 from service.extraction.extractor import Extractor
+from service.host.memory_budget import MemoryBudget
 from service.host.python_heap import freeze_startup_heap
 from service.jobs.queue import JobQueue
 from service.jobs.runner import JobRunner
@@ -44,6 +45,7 @@ class Services:
     models: ModelManager[Extractor] | None
     preparer: RequestPreparer
     metrics: Metrics
+    memory: MemoryBudget
     reader: FeatureReader
     recorder: Recorder
     writer: FeatureWriter
@@ -68,6 +70,7 @@ class Services:
         the model unloaded, everything closed."""
         runner = self.runner if jobs else None
         freeze_startup_heap()
+        self.memory.loaded()  # the level it started at: what it imported and built, a preloaded model
         if self.models is not None:
             self.models.recover()
         if runner is not None:

@@ -39,7 +39,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
 
 
 def test_the_rules_and_the_example_config_check_and_the_rules_unit_tests_pass() -> None:
-    assert "SUCCESS: 8 rules found" in _promtool("check", "rules", RULES.name)
+    assert "SUCCESS: 9 rules found" in _promtool("check", "rules", RULES.name)
     _promtool("check", "config", "prometheus.yml")
     assert "SUCCESS" in _promtool("test", "rules", "hsstore-alerts.test.yml")
     alerts = {line.split(":", 1)[1].strip() for line in RULES.read_text().splitlines() if "- alert:" in line}
@@ -131,6 +131,6 @@ def test_a_real_prometheus_scraping_a_service_and_a_worker_answers_every_dashboa
         assert server.query('hsstore_job_items{state="done"}')[0]["metric"]["job_id"] == job.id
         assert server.query("hsstore_gpu_held")[0]["metric"]["job"] == "hsstore-workers"  # the worker's GPU
         rules = httpx.get(f"{server.url}/api/v1/rules", timeout=10).json()["data"]["groups"][0]["rules"]
-        assert len(rules) == 8 and {rule["health"] for rule in rules} == {"ok"}, rules
+        assert len(rules) == 9 and {rule["health"] for rule in rules} == {"ok"}, rules
         assert not [r["name"] for r in rules if r["state"] == "firing"]  # a healthy cluster pages no one
     assert worker.proc.poll() is None  # watched, not disturbed

@@ -34,5 +34,6 @@ def test_a_short_soak_keeps_the_servers_memory_level_with_no_errors(tiny_model_d
     # the leak: +22% in the 70 s after warm-up on this load (12 readers, one writer); level, it stays within the
     # issue's bound of +10% (+3.5% here)
     assert memory["rss_growth_after_warmup"] <= 0.10, memory
+    assert load["host_memory"]["within_budget"], load["host_memory"]  # the budget the server states, held throughout
     # connections come and go with the readers (about 20 to 60 fds); one left behind per request would pass these
     assert memory["fds"][1] <= 128 and memory["threads"][1] <= 64, memory

@@ -141,7 +141,9 @@ def worker(
     alive = settings.data_dir / WORKER_HEARTBEAT
     alive.parent.mkdir(parents=True, exist_ok=True)
     if settings.metrics_port is not None:
-        serve_worker(services.metrics, services.windows, services.models, settings.host, settings.metrics_port)
+        serve_worker(
+            services.metrics, services.windows, services.models, services.memory, settings.host, settings.metrics_port
+        )
     with services.running():
         typer.echo(
             f"hsstore worker {settings.worker_name} on {settings.device}: model {settings.model_dir}, "

@@ -22,6 +22,7 @@ from service.core.write.estimator import Estimator
 from service.core.write.writer import FeatureWriter
 from service.errors import Forbidden, Unauthorized
 from service.extraction.extractor import Extractor
+from service.host.memory_budget import MemoryBudget
 from service.jobs.queue import JobQueue
 from service.metrics.counters import Metrics
 from service.model.manager import ModelManager
@@ -54,6 +55,7 @@ ImporterDep = Annotated[FeatureImporter, _provided(lambda s: s.importer)]
 JobsDep = Annotated[JobQueue, _provided(lambda s: s.queue)]
 DatasetsDep = Annotated[Datasets, _provided(lambda s: s.datasets)]
 MetricsDep = Annotated[Metrics, _provided(lambda s: s.metrics)]
+MemoryDep = Annotated[MemoryBudget, _provided(lambda s: s.memory)]
 
 
 def _token_scopes(settings: Settings, token: str) -> list[TokenScope] | None:

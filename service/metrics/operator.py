@@ -20,6 +20,7 @@ from schemas.states import ItemState, JobState
 from service.catalog.protocol import JobStore
 from service.core.gpu_time.windows import Windows, seconds_left
 from service.extraction.extractor import Extractor
+from service.host.memory_budget import MemoryBudget, resident_bytes
 from service.host.sglang_canary import CanaryState
 from service.model.manager import ModelManager
 
@@ -30,6 +31,21 @@ ITEM_STATES = (ItemState.PENDING, ItemState.DONE, ItemState.FAILED)
 
 def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, help_text, value=value)
+
+
+class MemoryCollector(Collector):
+    """This process's host memory against the budget it holds itself to (service/host/memory_budget.py)."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+
+    def collect(self) -> Iterator[Metric]:
+        yield _gauge("hsstore_host_memory_resident_bytes", "this process's resident memory", resident_bytes())
+        yield _gauge(
+            "hsstore_host_memory_budget_bytes",
+            "the host memory this process holds itself to (/v1/info's host_memory: its level at load and parts)",
+            self.budget.budget(),
+        )
 
 
 class HostCollector(Collector):

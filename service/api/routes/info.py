@@ -5,7 +5,7 @@ from schemas.device_run import DeviceRun
 from schemas.featureset import FeatureSet
 from service import __version__
 from service.api.bounded_json import resource_router
-from service.api.deps import ModelsDep, ReadScope, SettingsDep, WindowsDep
+from service.api.deps import MemoryDep, ModelsDep, ReadScope, SettingsDep, WindowsDep
 from service.api.openapi import errors
 from service.extraction.extractor import Extractor
 from service.model.manager import ModelManager
@@ -20,7 +20,7 @@ router = resource_router("info")
     summary="Model, revision, backends this host can run, default featureset, window",
     responses=errors(401, 403),
 )
-def info(models: ModelsDep, windows: WindowsDep, settings: SettingsDep) -> Info:
+def info(models: ModelsDep, windows: WindowsDep, settings: SettingsDep, memory: MemoryDep) -> Info:
     spec = models.spec if models else None
     featureset = FeatureSet.default_for(spec.num_layers) if spec else None
     window = windows.state().model_dump()
@@ -34,6 +34,7 @@ def info(models: ModelsDep, windows: WindowsDep, settings: SettingsDep) -> Info:
         window={**window, "model_loaded": bool(models and models.loaded), "handover": settings.handover},
         limits={"max_request_bytes": settings.max_request_bytes, "max_sample_tokens": settings.max_sample_tokens},
         run=_run(models, featureset, settings),
+        host_memory=memory.state(),
     )
 
 
