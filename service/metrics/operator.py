@@ -1,7 +1,8 @@
 """What an operator warming the cache watches, read at each scrape from what the service already keeps current: the
 downtime window and its time left, the GPU's hand-over to and from SGLang, jobs by state, each active job's items,
 tokens and worker-seconds (their rates are its speed and the GPU's busy share), the workers holding leases and those
-whose leases ran out (the store's own gauges, reachability included, are store.py's). Every read is a row or a
+whose leases ran out, and the process's host memory against its budget (the store's own gauges, reachability
+included, are store.py's). Every read is a row or a
 few (the jobs table's counters, the index of leased items), never a scan of entries or items. A part that cannot be
 read (an outage) is left out of the scrape, and the `_up` gauge of what failed says so; the scrape always answers."""
 
