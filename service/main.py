@@ -34,7 +34,7 @@ from service.core.trust.verifier import Verifier
 from service.core.write.canary import Canaries
 from service.core.write.content_checks import ContentChecks, ContentLimits
 from service.core.write.estimator import Estimator
-from service.core.write.prepare import CPU_SAMPLE_TOKENS, RequestPreparer, sample_tokens_limit
+from service.core.write.prepare import RequestPreparer, planned_by_the_card, sample_tokens_limit
 from service.core.write.recorder import Recorder
 from service.core.write.writer import FeatureWriter
 from service.errors import ConfigError
@@ -115,7 +115,8 @@ def build_memory_budget(settings: Settings, spec: ModelSpec | None, in_flight: i
     whose limit is the card's, a pack's rows: a longer one runs alone, the rarer case) under the default featureset."""
     if spec is None:  # a replica: it writes no extractions
         return MemoryBudget(0, 0, 0)
-    tokens = settings.max_sample_tokens or (CPU_SAMPLE_TOKENS if spec.device.type == "cpu" else settings.pack_tokens)
+    limit = settings.max_sample_tokens
+    tokens = settings.pack_tokens if planned_by_the_card(limit, spec) else sample_tokens_limit(limit, spec)
     values = len(FeatureSet.default_for(spec.num_layers).layers) * int(spec.config.hidden_size)
     return MemoryBudget(in_flight, tokens, values)
 

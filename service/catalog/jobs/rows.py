@@ -20,7 +20,8 @@ JOB_COLUMNS = (
     "busy_s, error, existing"
 )
 ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, completion_ids, completion_source"
-NEW_ITEM_COLUMNS = "job_id, idx, backend, sample, prompt_hash, state, greedy_tokens"  # a new item's row (_item_row)
+# a new item's row (_item_row), in order
+NEW_ITEM_COLUMNS = ("job_id", "idx", "backend", "sample", "prompt_hash", "state", "greedy_tokens")
 # a job of this many items makes a planner's statistics of job_items stale (Postgres: a claim seq-scans 10^6
 # rows until autovacuum's ANALYZE comes round, 11 claims/s against 700 after it)
 _RESTATED_AFTER = 10_000
@@ -54,8 +55,8 @@ class SqlJobStore(Dialect, ABC):
 
     def _insert_items(self, conn: Any, rows: Sequence[tuple]) -> None:
         """New items' rows (NEW_ITEM_COLUMNS), inserted in the caller's transaction."""
-        values = ", ".join("?" * len(NEW_ITEM_COLUMNS.split(", ")))
-        self._many(conn, self._sql(f"INSERT INTO job_items ({NEW_ITEM_COLUMNS}) VALUES ({values})"), rows)
+        columns, values = ", ".join(NEW_ITEM_COLUMNS), ", ".join("?" * len(NEW_ITEM_COLUMNS))
+        self._many(conn, self._sql(f"INSERT INTO job_items ({columns}) VALUES ({values})"), rows)
 
     @abstractmethod
     def _claim(self, conn: Any, job_id: str, worker: str, limit: int, lease_s: float, backend: str | None) -> list:

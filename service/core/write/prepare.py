@@ -23,11 +23,16 @@ CPU_SAMPLE_TOKENS = 32768  # the longest sample a CPU extracts unless told: a de
 PLANNED_SAMPLE_TOKENS = 1 << 20
 
 
+def planned_by_the_card(setting: int | None, spec: ModelSpec | None) -> bool:
+    """Whether the card's memory plan, not a number of tokens set or a CPU's, says how long a sample may be."""
+    return setting is None and spec is not None and spec.device.type != "cpu"
+
+
 def sample_tokens_limit(setting: int | None, spec: ModelSpec | None) -> int:
     """The most tokens a sample may have when it is prepared: the setting, else the CPU's or the plan's to judge."""
-    if setting is not None:
-        return setting
-    return CPU_SAMPLE_TOKENS if spec is None or spec.device.type == "cpu" else PLANNED_SAMPLE_TOKENS
+    if planned_by_the_card(setting, spec):
+        return PLANNED_SAMPLE_TOKENS
+    return CPU_SAMPLE_TOKENS if setting is None else setting
 
 
 @dataclass(frozen=True, slots=True)
