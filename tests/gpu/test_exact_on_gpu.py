@@ -1,4 +1,4 @@
-"""At the 27B width (hidden 5,120 and the 27B's head counts; 8 layers, two of them full attention; random weights),
+"""At the 27B width (hidden 5,120 and the 27B's head counts; 12 layers, three of them full attention; random weights),
 for every backend and for the FP8 target: what the service stores and serves for sequences of 3 to 16,384 tokens
 (multiples of 64 and not; one filling a pack, the rest sharing packs) is the model's own forward of each sequence
 alone, `model(input_ids, output_hidden_states=True)` with full attention pinned to FlashAttention, bit for bit; an

@@ -100,15 +100,15 @@ class ContentChecks:
         flags = []
         for before, after in itertools.pairwise(decoder):
             ratio = after.std / before.std
-            what = f"layer {after.layer}'s std {after.std:.4g} is {{}} layer {before.layer}'s {before.std:.4g}"
+            size = f"{ratio:.3g}x" if ratio > 1 else f"1/{1 / ratio:.3g} of"
+            what = f"layer {after.layer}'s std {after.std:.4g} is {size} layer {before.layer}'s {before.std:.4g}"
             if ratio >= self.limits.grow_refuse or 1 / ratio >= self.limits.shrink_refuse:
-                size = f"{ratio:.3g}x" if ratio > 1 else f"1/{1 / ratio:.3g} of"
                 raise ImplausibleFeatures(
-                    what.format(size) + ": no residual stream jumps so between layers (one layer scaled or another "
-                    "model's; `content_grow_refuse`, `content_shrink_refuse`); nothing was stored"
+                    what + ": no residual stream jumps so between layers (one layer scaled or another model's; "
+                    "`content_grow_refuse`, `content_shrink_refuse`); nothing was stored"
                 )
             if ratio >= self.limits.grow_flag or 1 / ratio >= self.limits.shrink_flag:
-                flags.append("unusual: " + what.format(f"{ratio:.3g}x" if ratio > 1 else f"1/{1 / ratio:.3g} of"))
+                flags.append("unusual: " + what)
         return flags
 
     def _against_band(self, key: EntryKey, stats: Sequence[LayerStats]) -> list[str]:
