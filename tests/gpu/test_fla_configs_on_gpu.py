@@ -49,7 +49,11 @@ def _inputs() -> dict[str, torch.Tensor]:
 
 def test_no_config_an_fla_kernel_may_pick_changes_the_gated_delta_rules_bits() -> None:
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from triton.compiler.errors import CompileTimeAssertionFailure
     from triton.runtime.autotuner import Autotuner
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    unlaunchable = (OutOfResources, CompileTimeAssertionFailure, PTXASError)  # the tuner skips these: never picked
 
     x = _inputs()
     bounds = torch.tensor([0, *torch.tensor(LENGTHS).cumsum(0).tolist()], dtype=torch.long)
@@ -82,12 +86,19 @@ def test_no_config_an_fla_kernel_may_pick_changes_the_gated_delta_rules_bits() -
         pin(tuner, configs[id(tuner)][0])
     first_alone, first_packed = bits(alone()), bits(packed())
     assert torch.equal(first_alone, first_packed), "a pack's rule gave other bits than each sequence's own"
-    changed = []
+    changed, held = [], 0
     for tuner in tuners:
         others = configs[id(tuner)][1:]
-        for config in others[:: -(-len(others) // MOST_CONFIGS)]:
+        for config in others[:: max(1, -(-len(others) // MOST_CONFIGS))]:
             pin(tuner, config)
-            if not (torch.equal(bits(alone()), first_alone) and torch.equal(bits(packed()), first_packed)):
+            try:
+                same = torch.equal(bits(alone()), first_alone) and torch.equal(bits(packed()), first_packed)
+            except unlaunchable:
+                continue
+            held += 1
+            if not same:
                 changed.append(f"{_kernel_of(tuner)[1]} at {config}")
         pin(tuner, configs[id(tuner)][0])
+    print(f"{len(tuners)} tuned kernels, {held} other configs launched, {len(changed)} changed the bits")
+    assert held, "no other config could launch: nothing was varied"
     assert not changed, f"configs that change the bits: {changed}"
