@@ -34,11 +34,19 @@ def _failures(report: Path) -> list[tuple[str, str]]:
     return found
 
 
-def test_schemathesis_finds_no_mismatch_but_the_deliberate_two(live_url: str, tmp_path: Path) -> None:
+# Two schemathesis processes side by side, one worker each, rather than two worker threads in one: hypothesis parses
+# lambdas' source with ast.parse, and two threads doing so on Python 3.11.7 can raise a spurious SystemError ("AST
+# constructor recursion depth mismatch", CPython gh-106905, fixed in 3.11.8), failing the run on no fault of the
+# server's. The audit, which re-extracts what the others stored and takes the longest, runs beside all the rest.
+HALVES = {"audit": ["--include-name", "POST /v1/audit"], "rest": ["--exclude-name", "POST /v1/audit"]}
+
+
+def _run(live_url: str, tmp_path: Path, half: str) -> subprocess.Popen[str]:
     command = [
         str(Path(sys.executable).with_name("schemathesis")),
         "run",
         f"{live_url}/openapi.json",
+        *HALVES[half],
         "--checks",
         "all",
         "--max-examples",
@@ -46,7 +54,7 @@ def test_schemathesis_finds_no_mismatch_but_the_deliberate_two(live_url: str, tm
         "--seed",
         "24",
         "--workers",
-        "2",  # two operations at a time: half the wall on two cores (the server's work is per request)
+        "1",
         "--request-timeout",
         "300",
         "--max-response-time",
@@ -54,15 +62,22 @@ def test_schemathesis_finds_no_mismatch_but_the_deliberate_two(live_url: str, tm
         "--report",
         "junit",
         "--report-junit-path",
-        str(tmp_path / "junit.xml"),
+        str(tmp_path / f"{half}.xml"),
         "--no-color",
     ]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
-    assert (tmp_path / "junit.xml").is_file(), run.stdout[-3000:] + run.stderr[-2000:]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+
+
+def test_schemathesis_finds_no_mismatch_but_the_deliberate_two(live_url: str, tmp_path: Path) -> None:
+    runs = {half: _run(live_url, tmp_path, half) for half in HALVES}
+    outputs = {half: run.communicate(timeout=900) for half, run in runs.items()}
+    for half, (stdout, stderr) in outputs.items():
+        assert (tmp_path / f"{half}.xml").is_file(), stdout[-3000:] + stderr[-2000:]
+        assert "Selected:" in stdout and " 0/" not in stdout.split("Selected:")[1][:10]  # it tested something
     undocumented = [
         f"{operation}: {text[:600]}"
-        for operation, text in _failures(tmp_path / "junit.xml")
+        for half in HALVES
+        for operation, text in _failures(tmp_path / f"{half}.xml")
         if not any(rule.search(text) for rule in DELIBERATE)
     ]
     assert not undocumented, "\n\n".join(undocumented)
-    assert "Selected:" in run.stdout and " 0/" not in run.stdout.split("Selected:")[1][:10]  # it tested something
