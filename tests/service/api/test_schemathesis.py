@@ -36,7 +36,7 @@ def _failures(report: Path) -> list[tuple[str, str]]:
 
 # Two schemathesis processes side by side, one worker each, rather than two worker threads in one: hypothesis parses
 # lambdas' source with ast.parse, and two threads doing so on Python 3.11.7 can raise a spurious SystemError ("AST
-# constructor recursion depth mismatch", CPython gh-106905, fixed in 3.11.8), failing the run on no fault of the
+# constructor recursion depth mismatch", CPython gh-106905), failing the run on no fault of the
 # server's. The audit, which re-extracts what the others stored and takes the longest, runs beside all the rest.
 HALVES = {"audit": ["--include-name", "POST /v1/audit"], "rest": ["--exclude-name", "POST /v1/audit"]}
 
