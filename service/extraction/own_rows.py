@@ -7,8 +7,9 @@ shape follows its row count, so packs that ran them over the whole pack gave bit
 does not, from layer 1 on. What stays packed computes each output element from its own inputs by one function at any
 shape: torch's pointwise kernels and our fused ones on CUDA (proven on every bfloat16 input), views, copies and the
 embedding's gather. Everything else runs here per sequence, on the modules listed in `own_rows_targets` (every linear
-layer, FP8 ones included, and every RMSNorm), or in packing.py (the token mixers); the fused norms' mean, a reduction
-whose rows keep their bits at any count from 16 on (`ROW_WISE_MEAN_ROWS`), runs once over the pack. A test traces
+layer, FP8 ones included, and every RMSNorm), or in packing.py (the token mixers); the fused norms, whose mean is a
+reduction that keeps each row's bits at any count of rows from 16 on (`ROW_WISE_MEAN_ROWS`, service/model/fused.py),
+run once over the pack, and again at their own rows for shorter sequences. A test traces
 every aten op of a pack and of each sequence's own forward and holds the two equal for every op that is not pointwise,
 a view or a copy (tests/service/extraction/test_own_rows.py).
 
@@ -29,22 +30,9 @@ from torch import nn
 
 from service.model.fp8_activations import PackQuantization
 from service.model.fp8_weights import Fp8Linear
-from service.model.fused import FusedForwards
+from service.model.fused import FusedForwards, row_wise_mean
 
 Spans = list[tuple[int, int]]  # each sequence's [start, end) token rows in the pack
-# From this many means of rows of at least so many columns on, CUDA's mean over the last axis reduces every row the
-# same way whatever the count: torch's reduction (Reduce.cuh) gives each row one warp of 32 lanes once 16 rows fill a
-# block; fewer rows get wider rows of lanes (narrower rows, blocks of more rows), so another order of additions. A
-# norm's means over a whole pack then give each sequence of at least this many means the bits of its own forward
-# (tests/gpu hold them at the 27B width: 5,120, 256 and 128 columns); shorter ones run again at their own rows.
-ROW_WISE_MEAN_ROWS = 16
-ROW_WISE_MEAN_COLUMNS = 128
-
-
-def row_wise_mean(rows: int, columns: int) -> bool:
-    """Whether CUDA's mean over the last axis of `rows` rows of `columns` gives each row the bits it gets at any
-    other count of such rows (so a sequence's rows may take theirs from a launch over the whole pack)."""
-    return rows >= ROW_WISE_MEAN_ROWS and columns >= ROW_WISE_MEAN_COLUMNS
 
 
 def alone(part: torch.Tensor, axis: int, tokens: int) -> torch.Tensor:
@@ -88,9 +76,25 @@ class PackRows:
     def each(self, op: Callable[..., torch.Tensor], *packed: torch.Tensor) -> torch.Tensor:
         """`op` once per sequence on its rows of every input, each laid out as alone; the results in one packed
         tensor (filler rows left unwritten: nothing but row-wise ops ever reads them)."""
+        return self._into(None, op, self.spans, packed)
+
+    def row_wise(
+        self, whole: Callable[[], torch.Tensor], own: Callable[..., torch.Tensor], *packed: torch.Tensor
+    ) -> torch.Tensor:
+        """`whole()` over the pack where a sequence has `ROW_WISE_MEAN_ROWS` rows or more (its rows reduced as at its
+        own rows), `own` at its own rows for each that has fewer, straight into its rows of the result."""
+        columns = packed[0].shape[-1]
+        rows_per_token = packed[0].numel() // columns // self.tokens  # a per-head norm: a row per head of each token
+        apart = [(s, e) for s, e in self.spans if not row_wise_mean((e - s) * rows_per_token, columns)]
+        return self._into(whole() if len(apart) < len(self.spans) else None, own, apart, packed)
+
+    def _into(
+        self, out: torch.Tensor | None, op: Callable[..., torch.Tensor], spans: Spans, packed: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
+        """`op` on each of `spans`' rows of every input, laid out as alone, written into its rows of `out` (made at
+        the first result when None)."""
         axis, _ = token_axis(packed[0], self.tokens)
-        out: torch.Tensor | None = None
-        for start, end in self.spans:
+        for start, end in spans:
             result = op(*(sequence_part(x, start, end, self.tokens) for x in packed))
             rows_out = result.shape[axis] // (end - start)
             if out is None:
@@ -99,20 +103,6 @@ class PackRows:
                 out = result.new_empty(shape)
             out.narrow(axis, start * rows_out, (end - start) * rows_out).copy_(result)
         assert out is not None, "a pack holds at least one sequence"
-        return out
-
-    def mean(self, x: torch.Tensor) -> torch.Tensor:
-        """`x.mean(-1, keepdim=True)` of each sequence's rows as at those rows alone: one launch over the pack, then
-        again at its own rows for each sequence too short for that launch to give its bits (`ROW_WISE_MEAN_ROWS`),
-        straight into its rows of the result (`mean`'s out form is the same kernel)."""
-        axis, per_token = token_axis(x, self.tokens)
-        columns = x.shape[-1]
-        means_per_token = x.numel() // columns // self.tokens  # a per-head norm takes one mean per head of each token
-        own = [(s, e) for s, e in self.spans if not row_wise_mean((e - s) * means_per_token, columns)]
-        out = x.mean(-1, keepdim=True) if len(own) < len(self.spans) else x.new_empty((*x.shape[:-1], 1))
-        for start, end in own:
-            rows = out.narrow(axis, start * per_token, (end - start) * per_token)
-            torch.mean(sequence_part(x, start, end, self.tokens), -1, keepdim=True, out=rows)
         return out
 
 

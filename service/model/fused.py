@@ -2,7 +2,9 @@
 
 The eager RMSNorms, the MLP's silu-times-up and the linear-attention gated norm make up to ten passes over float32
 copies of their input; about a quarter of the GPU time of a forward (GPU.md). Each fused forward here does the same
-arithmetic in two Triton passes around torch's own mean (fused_kernels.py says how the bits are kept).
+arithmetic in one Triton pass per norm, adding each row's squares in the order torch's CUDA mean adds them among 16
+rows or more; rows of a sequence with fewer get two passes around torch's own mean at their rows (fused_kernels.py
+says how the bits are kept).
 
 Proof before use, per device: `FusedForwards.for_model` runs every kernel over all 65,536 bfloat16 values against the
 eager torch ops (and the norms' `rsqrt(variance + eps)` over every non-negative float32), and the extractor runs
@@ -27,30 +29,52 @@ from service.model.strides import row_stride
 log = logging.getLogger("hsstore.fused")
 
 EAGER = "eager"
-FUSED = "hsstore-fused-elementwise-v2 (bit-equal to eager, probed on this device)"
+FUSED = "hsstore-fused-elementwise-v3 (one-pass norms; bit-equal to eager, probed on this device)"
 _MAX_ELEMENTS = 2**31 - 1
+
+
+# From this many means of rows of at least so many columns on, CUDA's mean over the last axis reduces every row the
+# same way whatever the count: torch's reduction (Reduce.cuh) gives each row one warp of 32 lanes once 16 rows fill a
+# block; fewer rows get wider rows of lanes (narrower rows, blocks of more rows), so another order of additions. So a
+# norm's means over a whole pack give each sequence of at least this many means the bits of its own forward
+# (tests/gpu hold them at the 27B width: 5,120, 256 and 128 columns), and the one-pass norms (fused_kernels.py) add
+# in that order; shorter sequences take theirs at their own rows.
+ROW_WISE_MEAN_ROWS = 16
+ROW_WISE_MEAN_COLUMNS = 128
+
+
+def row_wise_mean(rows: int, columns: int) -> bool:
+    """Whether CUDA's mean over the last axis of `rows` rows of `columns` gives each row the bits it gets at any
+    other count of such rows (so a sequence's rows may take theirs from a launch over the whole pack)."""
+    return rows >= ROW_WISE_MEAN_ROWS and columns >= ROW_WISE_MEAN_COLUMNS
 
 
 class Rows(Protocol):
     """A pack's sequences, for an op whose bits can depend on its row count (service/extraction/own_rows.py)."""
 
-    def mean(self, x: torch.Tensor) -> torch.Tensor:
-        """`x.mean(-1, keepdim=True)` of each sequence's rows, computed at those rows alone."""
-        ...
-
     def each(self, op: Callable[..., torch.Tensor], *packed: torch.Tensor) -> torch.Tensor:
         """`op` once per sequence on its rows of every input."""
+        ...
+
+    def row_wise(
+        self, whole: Callable[[], torch.Tensor], own: Callable[..., torch.Tensor], *packed: torch.Tensor
+    ) -> torch.Tensor:
+        """`whole()`, an op over every row that reduces each row as CUDA's mean does among `ROW_WISE_MEAN_ROWS` rows
+        or more, with `own` run instead on the rows of each sequence that has fewer (of `packed[0]`'s last axis)."""
         ...
 
 
 class Whole:
     """Outside a pack: every op over all its rows, as the model's forward runs it."""
 
-    def mean(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mean(-1, keepdim=True)
-
     def each(self, op: Callable[..., torch.Tensor], *packed: torch.Tensor) -> torch.Tensor:
         return op(*packed)
+
+    def row_wise(
+        self, whole: Callable[[], torch.Tensor], own: Callable[..., torch.Tensor], *packed: torch.Tensor
+    ) -> torch.Tensor:
+        columns = packed[0].shape[-1]
+        return whole() if row_wise_mean(packed[0].numel() // columns, columns) else own(*packed)
 
 
 def _kernels() -> Any | None:
@@ -95,8 +119,12 @@ def _rms_norm(kernels: Any, rows: Rows, scales: Scales) -> Callable[[Any, torch.
             found = (version, 1.0 + module.weight.float())
             if scales is not None:
                 scales[id(module)] = found
-        # The square and the tail are pointwise; the mean, a reduction, runs at each sequence's own rows in a pack
-        return kernels.rms_tail(x, rows.mean(kernels.square(x)), module.eps, found[1])
+        scale = found[1]
+
+        def two_passes(part: torch.Tensor) -> torch.Tensor:  # torch's own mean, at the part's rows
+            return kernels.rms_tail(part, kernels.square(part).mean(-1, keepdim=True), module.eps, scale)
+
+        return rows.row_wise(lambda: kernels.rms_norm(x, module.eps, scale), two_passes, x)
 
     return forward
 
@@ -105,8 +133,12 @@ def _gated_norm(kernels: Any, rows: Rows, _: Scales) -> Callable[[Any, torch.Ten
     def forward(module: Any, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         if not _fusable(x, gate, module.weight) or module.activation != "silu" or gate.shape != x.shape:
             return rows.each(lambda *parts: type(module).forward(module, *parts), x, gate)
-        variance = rows.mean(kernels.square(x))
-        return kernels.gated_tail(x, variance, module.variance_epsilon, module.weight, gate)
+        eps, weight = module.variance_epsilon, module.weight
+
+        def two_passes(part: torch.Tensor, gate_part: torch.Tensor) -> torch.Tensor:
+            return kernels.gated_tail(part, kernels.square(part).mean(-1, keepdim=True), eps, weight, gate_part)
+
+        return rows.row_wise(lambda: kernels.gated_norm(x, eps, weight, gate), two_passes, x, gate)
 
     return forward
 
@@ -229,6 +261,26 @@ def kernel_mismatches(kernels: Any, device: torch.device, epsilons: Iterable[flo
         "gated_tail": kernels.gated_tail(rows, variance, eps, weight, gate),
         "gated_tail(gate=all)": kernels.gated_tail(gate, variance, eps, weight, rows),
     }
+    # The one-pass norms at the 27B's widths, over at least ROW_WISE_MEAN_ROWS rows (where they take a row's mean
+    # as torch's does): every bfloat16 value among values spread over many octaves, whose sums round otherwise in
+    # another order of additions; the query norm's input is every other half-row
+    spread = torch.randn(2**17, generator=generator, device=device) * torch.exp(
+        torch.randn(2**17, generator=generator, device=device) * 2
+    )
+    mixed = torch.cat([values, spread.to(torch.bfloat16)])
+    norms = {
+        "rms_norm(hidden)": mixed[: 32 * 5120].view(32, 5120),
+        "rms_norm(heads)": values.view(-1, 256),
+        "rms_norm(heads, strided)": mixed[: 300 * 512].view(300, 512)[:, :256],
+    }
+    for name, x in norms.items():
+        x_scale = 1.0 + (torch.randn(x.shape[-1], generator=generator, device=device) * 0.1).to(torch.bfloat16).float()
+        x_inv_rms = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+        eager[name] = ((x.float() * x_inv_rms) * x_scale).to(torch.bfloat16)
+        fused[name] = kernels.rms_norm(x, eps, x_scale)
+    normed = (rows.float() * torch.rsqrt(rows.float().pow(2).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
+    eager["gated_norm"] = ((weight * normed) * silu(gate.float())).to(torch.bfloat16)
+    fused["gated_norm"] = kernels.gated_norm(rows, eps, weight, gate)
     mismatched = [name for name in eager if not _same_bits(eager[name], fused[name])]
     for norm_eps in sorted(set(epsilons)):
         if not all(

@@ -2,8 +2,10 @@
 
 Each kernel repeats its eager chain's float32 arithmetic operation for operation, with the same roundings (IEEE
 add, multiply and divide, round-to-nearest-even to bfloat16, `expf`, `rsqrtf`), so the output bits are the eager
-ones. Reductions are never reimplemented: the mean of squares stays torch's own kernel on the same float32 input,
-because its summation order is what fixes the bits. Contraction into fused multiply-adds is off for the same reason.
+ones. The norms' one reduction, the mean of squares, is either torch's own kernel on the float32 squares (`square`,
+then a tail) or, in `rms_norm` and `gated_norm`, redone in a single pass with the additions in the order torch's
+CUDA mean makes them once a launch holds 16 rows or more (`_sum_of_squares`): that order is what fixes the bits.
+Contraction into fused multiply-adds is off for the same reason.
 
 Imported only where Triton and a CUDA device exist; `fused.py` decides whether to use these at all and proves them
 bit-equal on the device before it does.
@@ -11,6 +13,7 @@ bit-equal on the device before it does.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -96,6 +99,63 @@ def _gated_tail_kernel(x_ptr, variance_ptr, eps, weight_ptr, gate_ptr, out_ptr, 
     tl.store(out_ptr + offsets, (weighted * _silu(gate)).to(tl.bfloat16), mask=mask)
 
 
+@triton.jit
+def _sum_of_squares(x_ptr, rows, real, row_stride, COLS: tl.constexpr, ROWS: tl.constexpr):
+    """Each row's sum of float32(x) ** 2, added in the order torch's CUDA mean over the last axis adds a contiguous
+    float32 row of a multiple of 128 columns when its launch holds at least 16 rows (Reduce.cuh, torch 2.11: blocks
+    of 32 x 16 threads, one warp per row, loads of 4 floats): lane l keeps four running sums from zero, sum i adding
+    column 128 j + 4 l + i in order of j; the lane adds its four left to right; then the lanes add in pairs 16
+    apart, then 8, 4, 2 and 1 apart (shuffles down), lane 0 holding the row's sum."""
+    columns = tl.arange(0, 128)
+    sums = tl.zeros((ROWS, 128), dtype=tl.float32)
+    for j in range(0, COLS // 128):
+        x = tl.load(x_ptr + rows[:, None] * row_stride + j * 128 + columns[None, :], mask=real[:, None], other=0.0)
+        x = x.to(tl.float32)
+        sums = sums + x * x
+    even, odd = tl.split(tl.reshape(sums, (ROWS, 32, 2, 2)))  # column 4 l + 2 p + q: q = 0 even, 1 odd
+    s0, s2 = tl.split(even)
+    s1, s3 = tl.split(odd)
+    lanes = ((s0 + s1) + s2) + s3
+    lanes = tl.sum(tl.reshape(lanes, (ROWS, 2, 16)), axis=1)  # each axis of 2 is one add: lane k + lane k + 16
+    lanes = tl.sum(tl.reshape(lanes, (ROWS, 2, 8)), axis=1)
+    lanes = tl.sum(tl.reshape(lanes, (ROWS, 2, 4)), axis=1)
+    lanes = tl.sum(tl.reshape(lanes, (ROWS, 2, 2)), axis=1)
+    return tl.sum(lanes, axis=1)
+
+
+@triton.jit
+def _rms_norm_kernel(
+    x_ptr, scale_ptr, out_ptr, eps, factor, n_rows, row_stride, COLS: tl.constexpr, ROWS: tl.constexpr
+):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    real = rows < n_rows
+    r = _inv_rms(_sum_of_squares(x_ptr, rows, real, row_stride, COLS, ROWS) * factor, eps)[:, None]
+    columns = tl.arange(0, 128)
+    for j in range(0, COLS // 128):
+        x = tl.load(x_ptr + rows[:, None] * row_stride + j * 128 + columns[None, :], mask=real[:, None], other=0.0)
+        scale = tl.load(scale_ptr + j * 128 + columns)[None, :]
+        out = ((x.to(tl.float32) * r) * scale).to(tl.bfloat16)
+        tl.store(out_ptr + rows[:, None] * COLS + j * 128 + columns[None, :], out, mask=real[:, None])
+
+
+@triton.jit
+def _gated_norm_kernel(
+    x_ptr, gate_ptr, weight_ptr, out_ptr, eps, factor, n_rows, COLS: tl.constexpr, ROWS: tl.constexpr
+):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    real = rows < n_rows
+    r = _inv_rms(_sum_of_squares(x_ptr, rows, real, COLS, COLS, ROWS) * factor, eps)[:, None]
+    columns = tl.arange(0, 128)
+    for j in range(0, COLS // 128):
+        at = rows[:, None] * COLS + j * 128 + columns[None, :]
+        x = tl.load(x_ptr + at, mask=real[:, None], other=0.0).to(tl.float32)
+        gate = tl.load(gate_ptr + at, mask=real[:, None], other=0.0).to(tl.float32)
+        weight = tl.load(weight_ptr + j * 128 + columns).to(tl.float32)[None, :]
+        normed = (x * r).to(tl.bfloat16).to(tl.float32)
+        weighted = (weight * normed).to(tl.bfloat16).to(tl.float32)
+        tl.store(out_ptr + at, (weighted * _silu(gate)).to(tl.bfloat16), mask=real[:, None])
+
+
 def _grid(n: int) -> tuple[int]:
     return (triton.cdiv(n, BLOCK),)
 
@@ -147,5 +207,54 @@ def gated_tail(
     n = x.numel()
     _gated_tail_kernel[_grid(n)](
         x, variance, eps, weight, gate, out, n, x.shape[-1], BLOCK=BLOCK, enable_fp_fusion=False
+    )
+    return out
+
+
+def mean_factor(rows: int, cols: int) -> float:
+    """What torch's CUDA mean multiplies a sum by: float32(rows) / float32(rows * cols) (ReduceMomentKernel.cu)."""
+    return float(np.float32(rows) / np.float32(rows * cols))
+
+
+def _row_launch(x: torch.Tensor) -> tuple[int, int, tuple[int]]:
+    """(rows, rows per program, grid) of a row-wise norm over `x`'s rows: about 2,048 values a load."""
+    rows = x.numel() // x.shape[-1]
+    per_program = min(64, max(16, 8192 // x.shape[-1]))
+    return rows, per_program, (triton.cdiv(rows, per_program),)
+
+
+def row_wise(x: torch.Tensor) -> bool:
+    """Whether `rms_norm` and `gated_norm` take `x`'s means in one pass: rows of a multiple of 128 columns (else
+    torch's mean adds a row's tail apart, and they run its two passes)."""
+    return x.shape[-1] % 128 == 0
+
+
+def rms_norm(x: torch.Tensor, eps: float, scale: torch.Tensor) -> torch.Tensor:
+    """The RMSNorm of every row of `x` in one pass: `rms_tail(x, mean(square(x)), eps, scale)` as that chain gives
+    it when torch's mean runs over 16 rows or more; x's rows may be evenly spaced apart."""
+    if not row_wise(x):
+        return rms_tail(x, square(x).mean(-1, keepdim=True), eps, scale)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    cols = x.shape[-1]
+    rows, per_program, grid = _row_launch(x)
+    stride = _layout(x)["row_stride"]
+    factor = mean_factor(rows, cols)
+    _rms_norm_kernel[grid](
+        x, scale, out, eps, factor, rows, stride, COLS=cols, ROWS=per_program, enable_fp_fusion=False
+    )
+    return out
+
+
+def gated_norm(x: torch.Tensor, eps: float, weight: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """The gated RMSNorm of every row of a contiguous `x` in one pass: `gated_tail(x, mean(square(x)), eps,
+    weight, gate)` as that chain gives it when torch's mean runs over 16 rows or more."""
+    if not row_wise(x):
+        return gated_tail(x, square(x).mean(-1, keepdim=True), eps, weight, gate)
+    out = torch.empty_like(x)
+    cols = x.shape[-1]
+    rows, per_program, grid = _row_launch(x)
+    factor = mean_factor(rows, cols)
+    _gated_norm_kernel[grid](
+        x, gate, weight, out, eps, factor, rows, COLS=cols, ROWS=per_program, enable_fp_fusion=False
     )
     return out

@@ -15,9 +15,9 @@ from schemas.api import ExtractRequest
 from schemas.backend import Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
-from service.extraction import own_rows
 from service.extraction.packing import plan_packs
 from service.main import build_services
+from service.model import fused
 from service.model.devmodel import build_devmodel
 from service.model.encode import EncodedPrompt
 from service.settings import Settings
@@ -88,16 +88,64 @@ NORM_SHAPES = {"hidden": (5120, 1), "q_norm": (256, 24), "k_norm": (256, 4), "ga
 
 @pytest.mark.parametrize("norm", list(NORM_SHAPES))
 def test_a_norms_mean_over_a_pack_is_each_sequences_own_from_16_rows_on(norm: str) -> None:
-    """What lets `PackRows.mean` take a pack's means in one launch (own_rows.py): every row of a sequence of at least
-    `ROW_WISE_MEAN_ROWS` means gets from CUDA's mean over the pack the bits of its own forward's mean over its rows
-    alone (a fresh tensor), at starts aligned as packs align them."""
+    """What lets `PackRows.row_wise` take a pack's means in one launch (own_rows.py): every row of a sequence of at
+    least `ROW_WISE_MEAN_ROWS` means gets from CUDA's mean over the pack the bits of its own forward's mean over its
+    rows alone (a fresh tensor), at starts aligned as packs align them."""
     columns, heads = NORM_SHAPES[norm]
     tokens = 16384
     x = torch.rand((tokens * heads, columns), device="cuda", generator=torch.Generator("cuda").manual_seed(0)) * 3
     whole = x.mean(-1, keepdim=True)
     lengths = [1, 3, 4, 9, 15, 16, 17, 63, 128, 129, 1000, 2049, 8000]
-    for length in [n for n in lengths if n * heads >= own_rows.ROW_WISE_MEAN_ROWS]:
+    for length in [n for n in lengths if n * heads >= fused.ROW_WISE_MEAN_ROWS]:
         for start in (0, 64 * 37, 4096):
             rows = slice(start * heads, (start + length) * heads)
             alone = x[rows].clone().mean(-1, keepdim=True)
             assert torch.equal(alone, whole[rows]), (norm, length, start)
+
+
+@pytest.mark.parametrize("norm", list(NORM_SHAPES))
+def test_a_one_pass_norm_over_a_pack_gives_each_sequence_its_eager_norm_alone(norm: str) -> None:
+    """The one-pass norms (fused_kernels.py) over a whole pack give every sequence of at least `ROW_WISE_MEAN_ROWS`
+    rows the bits of the eager module's chain over its rows alone, at the 27B's widths and at starts aligned as
+    packs align them; the query norm's input every other half-row, as q_proj's output lays it out."""
+    from service.model import fused_kernels
+
+    columns, heads = NORM_SHAPES[norm]
+    tokens, eps = 16384, 1e-6
+    generator = torch.Generator("cuda").manual_seed(1)
+    spread = torch.exp(torch.randn((tokens * heads, 1), device="cuda", generator=generator) * 2)
+    strided = norm == "q_norm"
+    values = torch.randn((tokens * heads, columns * (2 if strided else 1)), device="cuda", generator=generator)
+    x = (values * spread).to(torch.bfloat16)[:, :columns]
+    weight = (1 + torch.randn(columns, device="cuda", generator=generator) * 0.1).to(torch.bfloat16)
+    gate = torch.randn((tokens * heads, columns), device="cuda", generator=generator).to(torch.bfloat16)
+
+    def eager(part: torch.Tensor, gate_part: torch.Tensor) -> torch.Tensor:  # the modules' chains, as in transformers
+        normed = part.float() * torch.rsqrt(part.float().pow(2).mean(-1, keepdim=True) + eps)
+        if norm != "gated":
+            return (normed * (1.0 + weight.float())).to(torch.bfloat16)
+        return ((weight * normed.to(torch.bfloat16)) * torch.nn.functional.silu(gate_part.float())).to(torch.bfloat16)
+
+    if norm == "gated":
+        whole = fused_kernels.gated_norm(x.contiguous(), eps, weight, gate)
+    else:
+        whole = fused_kernels.rms_norm(x, eps, 1.0 + weight.float())
+    lengths = [1, 3, 4, 9, 15, 16, 17, 63, 128, 129, 1000, 2049, 8000]
+    for length in [n for n in lengths if n * heads >= fused.ROW_WISE_MEAN_ROWS]:
+        for start in (0, 64 * 37, 4096):
+            rows = slice(start * heads, (start + length) * heads)
+            alone = eager(x[rows].clone(), gate[rows].clone())
+            assert torch.equal(alone.view(torch.int16), whole[rows].view(torch.int16)), (norm, length, start)
+    # filler rows hold whatever was in memory: NaN, infinities, the largest values, beside a sequence's rows
+    for poison in (float("nan"), float("inf"), -3e38):
+        for length in (129, 200, 333):
+            start = 64 * 37
+            rows = slice(start * heads, (start + length) * heads)
+            poisoned, poisoned_gate = torch.full_like(x, poison), torch.full_like(gate, poison)
+            poisoned[rows], poisoned_gate[rows] = x[rows], gate[rows]
+            if norm == "gated":
+                found = fused_kernels.gated_norm(poisoned.contiguous(), eps, weight, poisoned_gate)
+            else:
+                found = fused_kernels.rms_norm(poisoned, eps, 1.0 + weight.float())
+            alone = eager(x[rows].clone(), gate[rows].clone())
+            assert torch.equal(alone.view(torch.int16), found[rows].view(torch.int16)), (norm, poison, length)

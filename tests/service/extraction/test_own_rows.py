@@ -19,11 +19,11 @@ from compute.forward import ForwardPlan
 from schemas.backend import PINNED_ATTENTION, Backend
 from schemas.batching import PackPolicy
 from schemas.featureset import FeatureSet
-from service.extraction import own_rows as own_rows_module
 from service.extraction.alone import TokenSequence, forward_alone
 from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
 from service.extraction.run_plan import RunPlan
+from service.model import fused as fused_module
 from service.model.fused import FusedForwards
 from service.model.loader import LoadedModel
 from tests.service.model.test_fused import CountingReferenceKernels
@@ -46,7 +46,7 @@ def _row_wise_mean(func: Any, args: tuple) -> bool:
     if func.overloadpacket.__name__ != "mean" or len(args) < 2 or list(args[1]) not in ([-1], [args[0].dim() - 1]):
         return False
     columns = args[0].shape[-1]
-    return columns > 0 and own_rows_module.row_wise_mean(args[0].numel() // columns, columns)
+    return columns > 0 and fused_module.row_wise_mean(args[0].numel() // columns, columns)
 
 
 def _depends_on_rows(func: Any, args: tuple) -> bool:
@@ -107,12 +107,13 @@ def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards
     tiny_loaded: LoadedModel, own_rows: bool, replayed: bool, fuse: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the fused forwards too (their Triton kernels' arithmetic as torch ops, so the CPU runs them): their
-    square, tail and mean run over the pack, the mean again at its own rows for the 9-token sequence (under 16 rows).
+    one-pass norms run over the pack, the two passes around torch's mean at its own rows for the 9-token sequence
+    (under 16 rows).
     Layers replayed from recordings of their kind's template (layer_graphs.py; rerun here, so their ops are seen) run
     what the model's own layers run."""
     # the tiny model's rows (16 and 64 columns) are narrower than the 27B's that the CUDA rule is held for; the
     # comparison is of shapes, so the pack takes its whole means here as it does there
-    monkeypatch.setattr(own_rows_module, "ROW_WISE_MEAN_COLUMNS", 16)
+    monkeypatch.setattr(fused_module, "ROW_WISE_MEAN_COLUMNS", 16)
     recorder = RerunRecorder() if replayed else None
     extractor = Extractor(tiny_loaded, fuse=False, recorder=recorder)
     fused = FusedForwards(tiny_loaded.model, CountingReferenceKernels()) if fuse else None
