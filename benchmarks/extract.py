@@ -249,6 +249,20 @@ def main() -> None:
 
     record: dict = {**record_header()}
     started = time.perf_counter()
+    if args.gpu_tests_log and args.gpu_tests_log.exists():
+        outcomes = {}
+        for line in args.gpu_tests_log.read_text().splitlines():
+            word, _, test = line.partition(" ")
+            if word in ("PASSED", "FAILED", "ERROR", "SKIPPED") and "::" in test:
+                outcomes[test.split(" ")[0]] = word
+        record["gpu_tests"] = outcomes
+
+    def save(complete: bool) -> None:
+        """The record so far, written after each mix as well: a run cut off by its time limit keeps what it measured."""
+        record["complete"] = complete
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2))
+
     loaded = build_synthetic("cuda", num_layers=args.layers)
     built = time.perf_counter()
     converted = to_fp8(loaded) if args.target == "fp8" else 0
@@ -417,6 +431,7 @@ def main() -> None:
             sweep[variant] = {"tok_s": total / elapsed, **seen}
             print(f"{mix} e2e with {variant} writers(:codec threads): {sweep[variant]}", flush=True)
         record[f"{mix}_e2e_over_lean"] = record[f"{mix}_e2e_tok_s"] / record[f"{mix}_lean_tok_s"]
+        save(complete=False)
         # the audit of this mix's entries, then its store goes: a 1M-token mix stores ~51 GB
         audited = build_services(settings.model_copy(update={"data_dir": store / mix}), loaded)
         audit = audited.auditor.audit(args.audit // len(MIXES), seed=0)
@@ -436,6 +451,7 @@ def main() -> None:
             f"peak {record[f'{mix}_peak_ratio']:.3f}x",
             flush=True,
         )
+        save(complete=False)
 
     for seed, mix in enumerate(MIXES if args.profile_only else ("short",)):
         lengths = lengths_totalling(getattr(args, f"{mix}_tokens"), *MIXES[mix], seed=10 + seed)
@@ -451,8 +467,7 @@ def main() -> None:
         record[f"profile_one_{mix}_pack"] = profile_pack(extractor, pack_items, featureset)
         print(f"profile of one {mix}-mix pack: {json.dumps(record[f'profile_one_{mix}_pack'])}", flush=True)
     if args.profile_only:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=2))
+        save(complete=True)
         return
 
     record["audit_total"] = sum(record["audit"][m]["total"] for m in MIXES)
@@ -482,16 +497,8 @@ def main() -> None:
     audited.close()
     shutil.rmtree(store, ignore_errors=True)
 
-    if args.gpu_tests_log and args.gpu_tests_log.exists():
-        outcomes = {}
-        for line in args.gpu_tests_log.read_text().splitlines():
-            word, _, test = line.partition(" ")
-            if word in ("PASSED", "FAILED", "ERROR", "SKIPPED") and "::" in test:
-                outcomes[test.split(" ")[0]] = word
-        record["gpu_tests"] = outcomes
     record["total_s"] = time.perf_counter() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2))
+    save(complete=True)
     keys = [
         f"{m}_{k}"
         for m in MIXES
