@@ -64,21 +64,34 @@ def _guide_flags() -> list[str]:
     return flags[: flags.index("--hsstore-layers") + 2]
 
 
-def _train(python: Path, data: Path, save: Path, backend: list[str]) -> subprocess.CompletedProcess[str]:
-    losses = save.with_suffix(".json")
+def _start(python: Path, data: Path, save: Path, backend: list[str]) -> subprocess.Popen[str]:
     command = [
         str(python),
         str(REPO / "tests" / "support" / "speculators_train.py"),
-        str(losses),
+        str(save.with_suffix(".json")),  # the losses, step by step
         "--",
         *["--speculator-type", "eagle3", "--verifier-name-or-path", str(data.parent / "model")],
         *["--data-path", str(data), "--save-path", str(save), "--log-dir", str(save / "logs")],
         *["--target-layer-ids", "2", "4", "6", "--draft-attn-impl", "sdpa", "--loss-implementation", "eager"],
         *["--hidden-states-dtype", "float32", "--total-seq-len", "96", "--train-data-ratio", "0.75"],
-        *["--epochs", "2", "--num-workers", "2", "--seed", "0", "--lr", "3e-3"],
+        # one loader worker: speculators spawns its workers, so the backend crosses a pickle into a fresh process as
+        # it does with more (each costs a full import of torch and speculators, ~10 s here)
+        *["--epochs", "2", "--num-workers", "1", "--seed", "0", "--lr", "3e-3"],
         *backend,
     ]
-    return subprocess.run(command, cwd=data.parent, capture_output=True, text=True, timeout=600)
+    return subprocess.Popen(command, cwd=data.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(run: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        out, err = run.communicate(timeout=600)
+    finally:
+        run.kill()  # a run that outlived its time, or whose test ended early, goes (a no-op once it has exited)
+    return subprocess.CompletedProcess(run.args, run.returncode, out, err)
+
+
+def _train(python: Path, data: Path, save: Path, backend: list[str]) -> subprocess.CompletedProcess[str]:
+    return _finish(_start(python, data, save, backend))
 
 
 def _losses(done: subprocess.CompletedProcess[str], save: Path) -> list[float]:
@@ -111,25 +124,33 @@ def test_the_trainer_reads_the_store_as_it_reads_exported_files(
     manifests = [next(client.entries(prompt_hash=prompt_hash(s), featureset=FEATURESET.id)) for s in samples]
     chosen = ExportChoice.of(manifests)  # in the rows' order
     export(client, chosen, ExchangeFormat.SPECULATORS, tmp_path / "export", num_layers=8)
-    files = ["--hidden-states-backend", "file", "--hidden-states-path", str(tmp_path / "export" / "hidden_states")]
-    on_files = _losses(_train(python, data, tmp_path / "files", files), tmp_path / "files")
-    assert on_store == on_files  # bit for bit: the same tensors reach the same trainer
-
-    again = _losses(_train(python, data, tmp_path / "again", store), tmp_path / "again")
-    assert again == on_store and _jobs(http) == 1  # a second run extracts nothing
-
     client.create_dataset("speculators-run", [key.key() for key in chosen.keys])
-    pinned = [*store, "--hsstore-dataset", "speculators-run"]
-    assert _losses(_train(python, data, tmp_path / "pinned", pinned), tmp_path / "pinned") == on_store
-
+    client.create_dataset("one-short", [key.key() for key in chosen.keys[:-1]])
+    files = ["--hidden-states-backend", "file", "--hidden-states-path", str(tmp_path / "export" / "hidden_states")]
     not_final = [*store[:-1], "1,3,5"]  # the draft's layers without the final one, which speculators splits off
-    refused = _train(python, data, tmp_path / "not-final", not_final)
+    runs = {  # side by side: each reads what is stored by now, and each process spends most of its time importing
+        "files": files,  # the same entries exported to speculators' files, read by its own file backend
+        "again": store,  # a second run on the store
+        "pinned": [*store, "--hsstore-dataset", "speculators-run"],
+        "not-final": not_final,
+        "short": [*store, "--hsstore-dataset", "one-short"],
+    }
+    started = {name: _start(python, data, tmp_path / name, backend) for name, backend in runs.items()}
+    try:
+        done = {name: _finish(run) for name, run in started.items()}
+    finally:
+        for run in started.values():
+            run.kill()
+
+    assert _losses(done["files"], tmp_path / "files") == on_store  # bit for bit: the same tensors reach the trainer
+    assert _losses(done["again"], tmp_path / "again") == on_store
+    assert _losses(done["pinned"], tmp_path / "pinned") == on_store
+    assert _jobs(http) == 1  # no later run extracted anything
+    refused = done["not-final"]
     assert refused.returncode != 0 and "--hsstore-layers must end with the final layer (7 of this 8-layer" in (
         refused.stderr
     )
-
-    client.create_dataset("one-short", [key.key() for key in chosen.keys[:-1]])
-    short = _train(python, data, tmp_path / "short", [*store, "--hsstore-dataset", "one-short"])
+    short = done["short"]
     assert short.returncode != 0
     assert f"1 of {ROWS} rows of the data folder are not in dataset one-short (the first: row {ROWS - 1})" in (
         short.stderr
