@@ -1,8 +1,10 @@
 """Shrinks the GPU machine's carried wheels folder to fit a run's 64 MiB carry: re-compresses every wheel's members
 with LZMA (pip reads any compression zipfile does; causal-conv1d's CUDA build and transformers' sources shrink by
 2-3 MB each), keeps only the model families of transformers that the project loads (KEEP_MODELS: the other ~550
-families are 40 of its 50 MB unpacked), and drops uvloop and httptools (uvicorn runs on asyncio's own loop and h11
-without them; no GPU test measures serving). With every dependency the service imports, 60 MiB became ~54.
+families are 40 of its 50 MB unpacked), and drops uvloop (uvicorn runs on asyncio's own loop without it; no GPU test
+measures serving). httptools stays: the service's HTTP protocol is uvicorn's httptools one with a head deadline
+(service/api/connections.py), so nothing of the service imports without it. With every dependency the service
+imports, 78 MiB became ~53.
 
     python3 scripts/slim-wheels.py .whl
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 
 # transformers' model families the GPU runs load: the target's, and what its auto classes import on the way
 KEEP_MODELS = frozenset({"auto", "qwen3_5", "qwen3_5_moe", "encoder_decoder"})
-DROPPED = ("uvloop-", "httptools-")
+DROPPED = ("uvloop-",)
 
 
 def _kept(name: str) -> bool:
