@@ -258,7 +258,8 @@ def main() -> None:
         record["gpu_tests"] = outcomes
 
     def save(complete: bool) -> None:
-        """The record so far, written after each mix as well: a run cut off by its time limit keeps what it measured."""
+        """The record so far, written after each mix and profile too: a run cut off by its time limit keeps what it
+        measured."""
         record["complete"] = complete
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=2))
@@ -466,6 +467,7 @@ def main() -> None:
             profile_pack(extractor, pack_items, featureset)
         record[f"profile_one_{mix}_pack"] = profile_pack(extractor, pack_items, featureset)
         print(f"profile of one {mix}-mix pack: {json.dumps(record[f'profile_one_{mix}_pack'])}", flush=True)
+        save(complete=False)
     if args.profile_only:
         save(complete=True)
         return
