@@ -28,6 +28,7 @@ from schemas.exchange import ExchangeFormat
 from schemas.featureset import FeatureSet
 from schemas.prompt_hash import prompt_hash
 from tests.conftest import REPO
+from tests.support.processes import outputs_of
 
 ENVIRONMENT = REPO / ".venv-speculators"
 STAMP = ENVIRONMENT / ".installed-speculators-0.9.0"
@@ -82,16 +83,13 @@ def _start(python: Path, data: Path, save: Path, backend: list[str]) -> subproce
     return subprocess.Popen(command, cwd=data.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _finish(run: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
-    try:
-        out, err = run.communicate(timeout=600)
-    finally:
-        run.kill()  # a run that outlived its time, or whose test ended early, goes (a no-op once it has exited)
-    return subprocess.CompletedProcess(run.args, run.returncode, out, err)
-
-
-def _train(python: Path, data: Path, save: Path, backend: list[str]) -> subprocess.CompletedProcess[str]:
-    return _finish(_start(python, data, save, backend))
+def _train(python: Path, data: Path, runs: dict[str, list[str]]) -> dict[str, subprocess.CompletedProcess[str]]:
+    """The trainer with each of `runs`' backend flags, side by side, each saving under the data folder's parent."""
+    started = {name: _start(python, data, data.parent / name, backend) for name, backend in runs.items()}
+    outputs = outputs_of(started, timeout=600)
+    return {
+        name: subprocess.CompletedProcess(run.args, run.returncode, *outputs[name]) for name, run in started.items()
+    }
 
 
 def _losses(done: subprocess.CompletedProcess[str], save: Path) -> list[float]:
@@ -115,7 +113,7 @@ def test_the_trainer_reads_the_store_as_it_reads_exported_files(
 
     flags = _guide_flags()
     store = [*flags[: flags.index("--hsstore-url") + 1], live_url, "--hsstore-layers", "1,3,5,7"]
-    on_store = _losses(_train(python, data, tmp_path / "store", store), tmp_path / "store")
+    on_store = _losses(_train(python, data, {"store": store})["store"], tmp_path / "store")
     assert len(on_store) >= 4 and all(loss > 0 for loss in on_store)
     # cache-through that caches: every row stored now, the missing half by one job
     assert all(client.exists(sample, featureset=FEATURESET) for sample in samples)
@@ -135,12 +133,7 @@ def test_the_trainer_reads_the_store_as_it_reads_exported_files(
         "not-final": not_final,
         "short": [*store, "--hsstore-dataset", "one-short"],
     }
-    started = {name: _start(python, data, tmp_path / name, backend) for name, backend in runs.items()}
-    try:
-        done = {name: _finish(run) for name, run in started.items()}
-    finally:
-        for run in started.values():
-            run.kill()
+    done = _train(python, data, runs)
 
     assert _losses(done["files"], tmp_path / "files") == on_store  # bit for bit: the same tensors reach the trainer
     assert _losses(done["again"], tmp_path / "again") == on_store

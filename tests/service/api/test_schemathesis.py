@@ -15,6 +15,8 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from tests.support.processes import outputs_of
+
 DELIBERATE = [
     re.compile(r"ST202 .*must be an integer", re.S),  # token ids as written (each message names the field)
     re.compile(r"ST202 .*is not a safetensors features body", re.S),
@@ -69,12 +71,7 @@ def _run(live_url: str, tmp_path: Path, half: str) -> subprocess.Popen[str]:
 
 
 def test_schemathesis_finds_no_mismatch_but_the_deliberate_two(live_url: str, tmp_path: Path) -> None:
-    runs = {half: _run(live_url, tmp_path, half) for half in HALVES}
-    try:
-        outputs = {half: run.communicate(timeout=900) for half, run in runs.items()}
-    finally:
-        for run in runs.values():
-            run.kill()  # a no-op once it has ended; else it must not outlive its server
+    outputs = outputs_of({half: _run(live_url, tmp_path, half) for half in HALVES}, timeout=900)
     for half, (stdout, stderr) in outputs.items():
         assert (tmp_path / f"{half}.xml").is_file(), stdout[-3000:] + stderr[-2000:]
         assert "Selected:" in stdout and " 0/" not in stdout.split("Selected:")[1][:10]  # it tested something
