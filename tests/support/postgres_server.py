@@ -43,4 +43,11 @@ def postgres_url(postgres_admin: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     yield postgres_admin.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(postgres_admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        # Not WITH (FORCE): Postgres 15 refuses that to a plain role while an autovacuum worker (of no role) is in
+        # the database. Ending our own leftover sessions first, a plain DROP stops the autovacuum worker itself.
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND usename = current_user AND pid <> pg_backend_pid()",
+            [name],
+        )
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
