@@ -379,7 +379,7 @@ def main() -> None:
         return time.perf_counter() - t
 
     record["audit"] = {}
-    for seed, mix in {} if args.profile_only else mixes.items():
+    for seed, mix in () if args.profile_only else mixes.items():
         low, high = MIXES[mix]
         lengths = lengths_totalling(getattr(args, f"{mix}_tokens"), low, high, seed=10 + seed)
         sequences = random_ids(lengths, vocab, seed=20 + seed)
