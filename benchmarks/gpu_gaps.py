@@ -5,11 +5,11 @@ plus how long the host took to issue the pack against how long the GPU took to r
     python benchmarks/gpu_gaps.py --target fp8 --mix short --out benchmarks/results/gpu-gaps-fp8-h100.json
 
 A pack of the mix's median sequence count is run lean (the forward and its copies, nothing written) twice untimed,
-then timed without the profiler, four times each way interleaved: the norms in one pass each (now) and in two passes
-around torch's mean over the pack (before; `_norms_two_passes`), medians (`issue_ms`: until the last result was
-handed out; `pack_ms`: until the GPU finished); then once under the profiler, whose chrome trace is read here: a
-kernel's gap is the time its stream sat idle before it, and the launching op is the innermost CPU op around the
-runtime call of the same correlation id.
+then timed without the profiler, four times each way interleaved: as the code runs now, and with each of its recent
+changes undone (`WITHOUT`: the name of the record's `pack_ms_without_<change>` and `speedup_of_<change>`), medians
+(`issue_ms`: until the last result was handed out; `pack_ms`: until the GPU finished); then once under the profiler,
+whose chrome trace is read here: a kernel's gap is the time its stream sat idle before it, and the launching op is
+the innermost CPU op around the runtime call of the same correlation id.
 """
 
 from __future__ import annotations
@@ -36,12 +36,21 @@ from benchmarks.records import record_header
 from schemas.backend import Backend
 from schemas.featureset import FeatureSet
 from schemas.samples import parse_sample
+from service.extraction import packing
 from service.extraction.packing import plan_packs
 from service.main import build_services
+from service.model import fused
 from service.model.synthetic import build_synthetic, to_fp8
 from service.settings import Settings
 
 SYNCS = ("Synchronize", "cudaMemcpy ", "cudaMemcpy\0")  # runtime calls that block the host on the GPU
+
+# The recent changes, each undone by what it patches: (module, name, value before the change)
+WITHOUT = {
+    "fused_rotary": ((fused, "_rotary", lambda kernels, eager: eager),),  # the eager function stays in place
+    "wide_qkv_copy": ((packing, "contiguous", lambda x: x),),  # fla's input guard copies q, k, v itself
+    "both": ((fused, "_rotary", lambda kernels, eager: eager), (packing, "contiguous", lambda x: x)),
+}
 
 
 @contextlib.contextmanager
@@ -163,21 +172,22 @@ def main() -> None:
     }
     for _ in range(2):
         lean(extractor, items, featureset)
-    # side by side, interleaved: each norm in one pass (now) and in two around torch's mean over the pack (before)
-    from service.model import fused_kernels
-
-    timed: dict[str, list[tuple[float, float]]] = {"one_pass": [], "two_passes": []}
+    # side by side, interleaved: the code as it is, and with each change undone
+    timed: dict[str, list[tuple[float, float]]] = {way: [] for way in ("now", *WITHOUT)}
     for _ in range(4):
-        for way, row_wise in (("one_pass", fused_kernels.row_wise), ("two_passes", lambda x: False)):
-            with patched(fused_kernels, "row_wise", row_wise):
+        for way in timed:
+            with contextlib.ExitStack() as undone:
+                for module, name, value in WITHOUT.get(way, ()):
+                    undone.enter_context(patched(module, name, value))
                 timed[way].append(lean(extractor, items, featureset))
     for way, runs in timed.items():
-        suffix = "" if way == "one_pass" else f"_norms_{way}"
+        suffix = "" if way == "now" else f"_without_{way}"
         record[f"issue_ms{suffix}"] = statistics.median(t[0] for t in runs)
         record[f"pack_ms{suffix}"] = statistics.median(t[1] for t in runs)
+        if way != "now":
+            record[f"speedup_of_{way}"] = record[f"pack_ms{suffix}"] / statistics.median(t[1] for t in timed["now"])
     record["tok_s"] = record["pack"]["tokens"] / record["pack_ms"] * 1000
-    record["one_pass_norms_speedup"] = record["pack_ms_norms_two_passes"] / record["pack_ms"]
-    shown = ("pack", "issue_ms", "pack_ms", "tok_s", "pack_ms_norms_two_passes", "one_pass_norms_speedup")
+    shown = ("pack", "issue_ms", "pack_ms", "tok_s", *(k for k in record if k.startswith(("pack_ms_", "speedup_"))))
     print(json.dumps({k: record[k] for k in shown}), flush=True)
 
     from torch.profiler import ProfilerActivity, profile

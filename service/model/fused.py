@@ -4,7 +4,8 @@ The eager RMSNorms, the MLP's silu-times-up and the linear-attention gated norm 
 copies of their input; about a quarter of the GPU time of a forward (GPU.md). Each fused forward here does the same
 arithmetic in one Triton pass per norm, adding each row's squares in the order torch's CUDA mean adds them among 16
 rows or more; rows of a sequence with fewer get two passes around torch's own mean at their rows (fused_kernels.py
-says how the bits are kept).
+says how the bits are kept). The full-attention layers' rotary embedding of q and k (two multiplies, a negation, an
+add and two cats each) is one pass too, the modeling module's `apply_rotary_pos_emb` swapped while fused.
 
 Proof before use, per device: `FusedForwards.for_model` runs every kernel over all 65,536 bfloat16 values against the
 eager torch ops (and the norms' `rsqrt(variance + eps)` over every non-negative float32), and the extractor runs
@@ -29,7 +30,7 @@ from service.model.strides import row_stride
 log = logging.getLogger("hsstore.fused")
 
 EAGER = "eager"
-FUSED = "hsstore-fused-elementwise-v3 (one-pass norms; bit-equal to eager, probed on this device)"
+FUSED = "hsstore-fused-elementwise-v4 (one-pass norms, rotary; bit-equal to eager, probed on this device)"
 _MAX_ELEMENTS = 2**31 - 1
 
 
@@ -143,6 +144,45 @@ def _gated_norm(kernels: Any, rows: Rows, _: Scales) -> Callable[[Any, torch.Ten
     return forward
 
 
+# The modeling module's rotary embedding of q and k: a function it looks up at call time, not a module's forward
+ROTARY = "apply_rotary_pos_emb"
+Rotary = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _rotary_fits(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> bool:
+    """Whether the fused rotary takes q or k `x` [B, H, T, D] with cos and sin [B or 1, T, R] (else the eager ops)."""
+    return (
+        x.dim() == 4
+        and cos.dim() == 3
+        and sin.shape == cos.shape
+        and sin.stride() == cos.stride()
+        and _power_of_two(x.shape[-1])
+        and _power_of_two(cos.shape[-1])
+        and cos.shape[-1] <= x.shape[-1]
+        and cos.shape[0] in (1, x.shape[0])
+        and cos.shape[1] == x.shape[2]
+        and x.stride(-1) == cos.stride(-1) == 1
+        and x.dtype == cos.dtype == sin.dtype == torch.bfloat16
+        and 0 < x.numel() <= _MAX_ELEMENTS
+    )
+
+
+def _rotary(kernels: Any, eager: Rotary) -> Rotary:
+    # pointwise per (token, head), its position's cos and sin: the same at a pack's rows as at a sequence's own
+    def apply(
+        q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, unsqueeze_dim: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if unsqueeze_dim != 1 or not (_rotary_fits(q, cos, sin) and _rotary_fits(k, cos, sin)):
+            return eager(q, k, cos, sin, unsqueeze_dim)
+        return kernels.rotary(q, cos, sin), kernels.rotary(k, cos, sin)
+
+    return apply
+
+
 def _mlp(kernels: Any, _rows: Rows, _: Scales) -> Callable[[Any, torch.Tensor], torch.Tensor]:
     # nothing here reduces: its linear layers run at a pack's rows themselves (own_rows.py), the rest is pointwise
     def forward(module: Any, x: torch.Tensor) -> torch.Tensor:
@@ -167,6 +207,8 @@ class FusedForwards:
         self._kernels = kernels
         self._scales: ScaleCache = {}
         self._modules = [module for module in model.modules() if type(module) in self._factories]
+        self._modeling = modeling
+        self._eager_rotary: Rotary | None = getattr(modeling, ROTARY, None)
 
     @classmethod
     def for_model(cls, model: Any, device: torch.device) -> FusedForwards | None:
@@ -200,13 +242,18 @@ class FusedForwards:
         fresh = {id(cls): factory(self._kernels, rows, None) for cls, factory in self._factories.items()}
         others = [m for root in copied_into for m in root.modules() if type(m) in self._factories]
         patched = [*((m, kept) for m in self._modules), *((m, fresh) for m in others)]
+        rotary_before = getattr(self._modeling, ROTARY, None)
         try:
             for module, forwards in patched:
                 module.forward = types.MethodType(forwards[id(type(module))], module)
+            if self._eager_rotary is not None:  # process-wide, as the kernels are (one forward at a time)
+                setattr(self._modeling, ROTARY, _rotary(self._kernels, self._eager_rotary))
             yield
         finally:
             for module, _ in patched:
                 module.__dict__.pop("forward", None)
+            if rotary_before is not None:
+                setattr(self._modeling, ROTARY, rotary_before)
 
 
 def every_bfloat16(device: torch.device) -> torch.Tensor:
@@ -281,6 +328,26 @@ def kernel_mismatches(kernels: Any, device: torch.device, epsilons: Iterable[flo
     normed = (rows.float() * torch.rsqrt(rows.float().pow(2).mean(-1, keepdim=True) + eps)).to(torch.bfloat16)
     eager["gated_norm"] = ((weight * normed) * silu(gate.float())).to(torch.bfloat16)
     fused["gated_norm"] = kernels.gated_norm(rows, eps, weight, gate)
+    # The rotary at the 27B's head width (256, 64 of it rotated): every bfloat16 value as q (read through the
+    # transpose the attention hands over) and as cos and sin, each with random partners
+    from transformers.models.qwen3_5.modeling_qwen3_5 import apply_rotary_pos_emb
+
+    def trig(tokens: int) -> torch.Tensor:
+        return (torch.rand((1, tokens, 64), generator=generator, device=device) * 2 - 1).to(torch.bfloat16)
+
+    heads_last = values.view(1, 128, 2, 256).transpose(1, 2)
+    operands = {
+        "rotary(q)": (heads_last, partner.view(1, 2, 128, 256), trig(128), trig(128)),
+        "rotary(cos, sin)": (
+            partner.view(1, 1, 1024, 64).repeat(1, 1, 1, 4),
+            partner.view(1, 1, 1024, 64).flip(2).repeat(1, 1, 1, 4),
+            values.view(1, 1024, 64),
+            values.flip(0).view(1, 1024, 64),
+        ),
+    }
+    for name, (q, k, cos, sin) in operands.items():
+        eager[name] = torch.cat([t.flatten() for t in apply_rotary_pos_emb(q, k, cos, sin)])
+        fused[name] = torch.cat([kernels.rotary(q, cos, sin).flatten(), kernels.rotary(k, cos, sin).flatten()])
     mismatched = [name for name in eager if not _same_bits(eager[name], fused[name])]
     for norm_eps in sorted(set(epsilons)):
         if not all(

@@ -22,6 +22,7 @@ from triton.language.extra import libdevice
 from service.model.strides import row_stride
 
 BLOCK = 2048
+ROTARY_ROWS = 16  # rows of q or k a program rotates
 SMALLEST_NORMAL = tl.constexpr(1.1754943508222875e-38)  # below it the divide's operand is subnormal: see _silu
 
 
@@ -156,6 +157,47 @@ def _gated_norm_kernel(
         tl.store(out_ptr + at, (weighted * _silu(gate)).to(tl.bfloat16), mask=real[:, None])
 
 
+@triton.jit
+def _rotary_kernel(
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    out_ptr,
+    n_rows,
+    heads,
+    tokens,
+    batch_stride,
+    head_stride,
+    token_stride,
+    trig_batch_stride,
+    trig_token_stride,
+    COLS: tl.constexpr,
+    ROTARY: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    """Rows of x [B, H, T, COLS] (last axis contiguous) rotated in their first ROTARY columns, the rest copied, into
+    a contiguous out: bfloat16(bfloat16(x * cos) + bfloat16(rotate_half(x) * sin)), rotate_half(x) = (-x2, x1)."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    real = rows < n_rows
+    b, h, t = rows // (heads * tokens), rows // tokens % heads, rows % tokens
+    source = (b * batch_stride + h * head_stride + t * token_stride)[:, None]
+    trig = (b * trig_batch_stride + t * trig_token_stride)[:, None]
+    columns = tl.arange(0, ROTARY)[None, :]
+    half: tl.constexpr = ROTARY // 2
+    partner = tl.where(columns < half, columns + half, columns - half)
+    x = tl.load(x_ptr + source + columns, mask=real[:, None]).to(tl.float32)
+    turned = tl.load(x_ptr + source + partner, mask=real[:, None]).to(tl.float32)
+    turned = tl.where(columns < half, -turned, turned)
+    cos = tl.load(cos_ptr + trig + columns, mask=real[:, None]).to(tl.float32)
+    sin = tl.load(sin_ptr + trig + columns, mask=real[:, None]).to(tl.float32)
+    rotated = (x * cos).to(tl.bfloat16).to(tl.float32) + (turned * sin).to(tl.bfloat16).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * COLS + columns, rotated.to(tl.bfloat16), mask=real[:, None])
+    if COLS > ROTARY:
+        rest = tl.arange(0, COLS)[None, :]  # the columns past ROTARY, copied as they are
+        passed = real[:, None] & (rest >= ROTARY)
+        tl.store(out_ptr + rows[:, None] * COLS + rest, tl.load(x_ptr + source + rest, mask=passed), mask=passed)
+
+
 def _grid(n: int) -> tuple[int]:
     return (triton.cdiv(n, BLOCK),)
 
@@ -256,5 +298,35 @@ def gated_norm(x: torch.Tensor, eps: float, weight: torch.Tensor, gate: torch.Te
     factor = mean_factor(rows, cols)
     _gated_norm_kernel[grid](
         x, gate, weight, out, eps, factor, rows, COLS=cols, ROWS=per_program, enable_fp_fusion=False
+    )
+    return out
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' rotary embedding of q or k [B, H, T, D] (any strides, the last axis contiguous) by cos and sin
+    [B or 1, T, R] (equal strides, the last axis contiguous; R <= D, both powers of two): `cat([(x_r * cos) +
+    (rotate_half(x_r) * sin), x_pass], -1)`, contiguous as that cat makes it, each multiply and the add rounded to
+    bfloat16 as the eager ops round them."""
+    batch, heads, tokens, cols = x.shape
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n_rows = batch * heads * tokens
+    trig_batch_stride = cos.stride(0) if cos.shape[0] > 1 else 0  # one cos for every batch row: broadcast
+    _rotary_kernel[(triton.cdiv(n_rows, ROTARY_ROWS),)](
+        x,
+        cos,
+        sin,
+        out,
+        n_rows,
+        heads,
+        tokens,
+        x.stride(0),
+        x.stride(1),
+        x.stride(2),
+        trig_batch_stride,
+        cos.stride(1),
+        COLS=cols,
+        ROTARY=cos.shape[-1],
+        ROWS=ROTARY_ROWS,
+        enable_fp_fusion=False,
     )
     return out

@@ -45,7 +45,8 @@ def test_fused_forward_keeps_every_layers_bits_on_the_27b_shape(shaped_27b: Load
     layers = shaped_27b.num_layers
     every_layer = ForwardPlan.of(FeatureSet(layers=[*range(layers), "final_norm"]), layers)
     generator = torch.Generator().manual_seed(2)
-    originals = {name: getattr(fused_kernels, name) for name in ("gated_norm", "gated_tail", "rms_norm", "rms_tail")}
+    names = ("gated_norm", "gated_tail", "rms_norm", "rms_tail", "rotary")
+    originals = {name: getattr(fused_kernels, name) for name in names}
     calls = dict.fromkeys(originals, 0)
 
     def counted(name: str) -> Callable[..., torch.Tensor]:
@@ -71,7 +72,14 @@ def test_fused_forward_keeps_every_layers_bits_on_the_27b_shape(shaped_27b: Load
     # the fused path really ran, per length: the gated norm of each of the 6 linear-attention layers; two norms per
     # layer, the q norm (a strided view) and k norm of the 2 full-attention layers, and the final norm. In one pass
     # where a norm has 16 rows or more (the gated norm's 48 heads a token, q's 24), else in two around torch's mean
-    # (a 1-token sequence's hidden and k norms)
+    # (a 1-token sequence's hidden and k norms); the rotary of q and of k in each full-attention layer
     hidden_and_k = 2 * 8 + 1 + 2
     one_pass = 2 + 3 * (hidden_and_k + 2)
-    assert calls == {"gated_norm": 4 * 6, "gated_tail": 0, "rms_norm": one_pass, "rms_tail": hidden_and_k}
+    rotary = 4 * 2 * 2
+    assert calls == {
+        "gated_norm": 4 * 6,
+        "gated_tail": 0,
+        "rms_norm": one_pass,
+        "rms_tail": hidden_and_k,
+        "rotary": rotary,
+    }

@@ -139,7 +139,7 @@ class _RuleCalls:
         self.torch_chunk_gated_delta_rule = self.rule
 
     def rule(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kw: object) -> tuple:
-        self.calls.append({"rows": query.shape[1], **kw})
+        self.calls.append({"rows": query.shape[1], "qkv": (query, key, value), **kw})
         return torch.zeros_like(value), None
 
 
@@ -164,3 +164,22 @@ def test_fla_s_rule_runs_once_over_an_own_rows_pack_unless_fla_would_split_its_s
         module.calls.clear()
         module.torch_chunk_gated_delta_rule(q, q, q, g=q[..., 0], beta=q[..., 0])
     assert [c["rows"] for c in module.calls] == [100, 30]  # torch's reference: no varlen form
+
+
+def test_fla_s_rule_gets_q_k_and_v_contiguous_with_their_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layer hands the rule q, k and v as views of the conv's one output (rows of all three apart); the varlen
+    call gets each contiguous, bit for bit, as fla's own input guard would make it."""
+    monkeypatch.setattr(packing, "_fla_splits_sequences", lambda: False)
+    (pack,) = plan_packs([100, 30], POLICY)
+    module = _RuleCalls()
+    every = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    mixed = every[: 256 * 32].view(1, 256, 32)
+    q, k, v = (t.reshape(1, 256, -1, 4) for t in torch.split(mixed, [8, 8, 16], dim=-1))
+    with packing.per_sequence(module, pack, POLICY, SPECS[Backend.FLA].fast):  # type: ignore[arg-type]
+        module.torch_chunk_gated_delta_rule(q, k, v, g=q[..., 0], beta=q[..., 0])
+    (call,) = module.calls
+    for given, handed in zip((q, k, v), call["qkv"], strict=True):
+        assert not given.is_contiguous() and handed.is_contiguous()
+        assert torch.equal(given.contiguous().view(torch.int16), handed.view(torch.int16))
+    odd = mixed[..., 1:5]  # rows a multiple of 2 bytes only: copied as bfloat16
+    assert torch.equal(packing.contiguous(odd).view(torch.int16), odd.contiguous().view(torch.int16))

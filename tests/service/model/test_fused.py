@@ -3,6 +3,7 @@ every layer keeps the eager bits and every kernel is used; on the CPU the servic
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from typing import Any
 
@@ -47,6 +48,13 @@ class CountingReferenceKernels:
         normed = (x.float() * torch.rsqrt(variance + eps)).to(torch.bfloat16)
         return ((weight * normed) * F.silu(gate.float())).to(torch.bfloat16)
 
+    def rotary(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        self.calls["rotary"] += 1
+        rotated = cos.shape[-1]
+        x_rot, x_pass = x[..., :rotated], x[..., rotated:]
+        turned = torch.cat([-x_rot[..., rotated // 2 :], x_rot[..., : rotated // 2]], dim=-1)
+        return torch.cat([(x_rot * cos[:, None]) + (turned * sin[:, None]), x_pass], dim=-1)
+
     # the one-pass norms: the same arithmetic, the mean over every row (the CUDA kernels add in its order)
     def rms_norm(self, x: torch.Tensor, eps: float, scale: torch.Tensor) -> torch.Tensor:
         self.calls["rms_norm"] += 1
@@ -68,6 +76,8 @@ def test_fused_forwards_keep_every_layers_bits(
         monkeypatch.setattr(fused_module, "ROW_WISE_MEAN_COLUMNS", 16)
     kernels = CountingReferenceKernels()
     fused = FusedForwards(tiny_loaded.model, kernels)
+    modeling = sys.modules[type(tiny_loaded.model).__module__]
+    eager_rotary = modeling.apply_rotary_pos_emb
     layers = tiny_loaded.num_layers
     every_layer = ForwardPlan.of(FeatureSet(layers=[*range(layers), "final_norm"]), layers)
     ids = torch.randint(0, int(tiny_loaded.config.vocab_size), (1, 97), generator=torch.Generator().manual_seed(1))
@@ -78,11 +88,13 @@ def test_fused_forwards_keep_every_layers_bits(
         after, _ = every_layer.capture(tiny_loaded.body, ids)
     assert torch.equal(eager, with_fusion)
     assert torch.equal(eager, after)  # the eager forwards are back after the block
+    assert modeling.apply_rotary_pos_emb is eager_rotary
     layers = tiny_loaded.num_layers
     linear = sum(t == "linear_attention" for t in tiny_loaded.config.layer_types)
     # two norms per layer, the q and k norms of the full-attention layers (q's input a strided view), final norm
     norms = 2 * layers + 2 * (layers - linear) + 1
     assert kernels.calls["silu_mul"] == layers
+    assert kernels.calls["rotary"] == 2 * (layers - linear)  # q and k of each full-attention layer
     assert linear > 0
     if one_pass:
         assert (kernels.calls["rms_norm"], kernels.calls["gated_norm"]) == (norms, linear)
