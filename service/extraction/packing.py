@@ -185,8 +185,9 @@ def _varlen_rule(inner: Callable[..., Any], spans: Spans, shape: int) -> Callabl
 
 def contiguous(x: torch.Tensor) -> torch.Tensor:
     """`x` laid out contiguous, its bits moved 8 bytes at a time. q, k and v reach the rule as views of the conv's
-    output, a row of all three apart; fla would make them contiguous with torch's strided copy, one bfloat16 a
-    thread-step (21 ms of an FP8 short-mix pack on the H100, 64 layers). A copy changes no value."""
+    output, a row of all three apart; fla would make them contiguous with torch's strided copy a bfloat16 at a time:
+    21 ms of an FP8 short-mix pack on the H100 (64 layers), 11 ms as int64 (1.014x on the pack; docs/measurements.md).
+    A copy changes no value."""
     if x.is_contiguous():
         return x
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
