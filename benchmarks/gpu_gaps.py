@@ -6,7 +6,7 @@ plus how long the host took to issue the pack against how long the GPU took to r
 
 A pack of the mix's median sequence count is run lean (the forward and its copies, nothing written) twice untimed,
 then timed without the profiler, four times each way interleaved: as the code runs now, and with each of its recent
-changes undone (`WITHOUT`: the name of the record's `pack_ms_without_<change>` and `speedup_of_<change>`), medians
+changes undone (`changes()`: the name of the record's `pack_ms_without_<change>` and `speedup_of_<change>`), medians
 (`issue_ms`: until the last result was handed out; `pack_ms`: until the GPU finished); then once under the profiler,
 whose chrome trace is read here: a kernel's gap is the time its stream sat idle before it, and the launching op is
 the innermost CPU op around the runtime call of the same correlation id.
@@ -45,12 +45,16 @@ from service.settings import Settings
 
 SYNCS = ("Synchronize", "cudaMemcpy ", "cudaMemcpy\0")  # runtime calls that block the host on the GPU
 
-# The recent changes, each undone by what it patches: (module, name, value before the change)
-WITHOUT = {
-    "fused_rotary": ((fused, "_rotary", lambda kernels, eager: eager),),  # the eager function stays in place
-    "wide_qkv_copy": ((packing, "contiguous", lambda x: x),),  # fla's input guard copies q, k, v itself
-}
-WITHOUT["both"] = (*WITHOUT["fused_rotary"], *WITHOUT["wide_qkv_copy"])
+
+def changes() -> dict[str, tuple[tuple[object, str, object], ...]]:
+    """The recent changes, each undone by what it patches: (module, name, value before the change)."""
+    from service.model import fp8_kernels  # Triton: imported on the device only
+
+    return {
+        "pack_rows": ((fp8_kernels, "PACK_ROWS", 1),),  # the pack quantizer one row a program
+        "fused_rotary": ((fused, "_rotary", lambda kernels, eager: eager),),  # the eager function stays in place
+        "wide_qkv_copy": ((packing, "contiguous", lambda x: x),),  # fla's input guard copies q, k, v itself
+    }
 
 
 @contextlib.contextmanager
@@ -173,11 +177,12 @@ def main() -> None:
     for _ in range(2):
         lean(extractor, items, featureset)
     # side by side, interleaved: the code as it is, and with each change undone
-    timed: dict[str, list[tuple[float, float]]] = {way: [] for way in ("now", *WITHOUT)}
+    without = changes()
+    timed: dict[str, list[tuple[float, float]]] = {way: [] for way in ("now", *without)}
     for _ in range(4):
         for way in timed:
             with contextlib.ExitStack() as undone:
-                for module, name, value in WITHOUT.get(way, ()):
+                for module, name, value in without.get(way, ()):
                     undone.enter_context(patched(module, name, value))
                 timed[way].append(lean(extractor, items, featureset))
     for way, runs in timed.items():

@@ -72,10 +72,15 @@ def test_the_one_pass_activation_quantizer_gives_the_torch_chain_s_bits(tokens: 
     assert torch.equal(chain[1], kernel[1]) and chain[1].stride() == kernel[1].stride() == (1, padded)
 
 
-def test_a_pack_quantized_in_one_launch_gives_each_sequence_its_own_quantization() -> None:
+@pytest.mark.parametrize("pack_rows", [1, 8], ids=["a row a program", "8 rows a program"])
+def test_a_pack_quantized_in_one_launch_gives_each_sequence_its_own_quantization(
+    pack_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """At the 27B's widths, filler NaN: each sequence's values and scales, strides included, are the one-pass
     kernel's of its rows alone (which the test above holds to the torch chain)."""
     from service.model import fp8_kernels
+
+    monkeypatch.setattr(fp8_kernels, "PACK_ROWS", pack_rows)
 
     spans = [(0, 2047), (2048, 2049), (2112, 3000), (3008, 3012), (3072, 16383)]
     for width in (5120, 6144, 17408):
