@@ -52,6 +52,7 @@ def changes() -> dict[str, tuple[tuple[object, str, object], ...]]:
 
     return {
         "pack_rows": ((fp8_kernels, "PACK_ROWS", 1),),  # the pack quantizer one row a program
+        "conv_in_place": ((packing, "_conv_output_into", lambda rows: contextlib.nullcontext()),),  # copied after
         "fused_rotary": ((fused, "_rotary", lambda kernels, eager: eager),),  # the eager function stays in place
         "wide_qkv_copy": ((packing, "contiguous", lambda x: x),),  # fla's input guard copies q, k, v itself
     }

@@ -136,10 +136,65 @@ def _conv(inner: Callable[..., torch.Tensor], spans: Spans, part: Part) -> Calla
     def conv(x: torch.Tensor, weight: torch.Tensor, bias: Any = None, activation: Any = None, **_: Any) -> Any:
         out = torch.empty_like(x)  # [B, C, T], the input's strides (channel-last, as the layer makes it)
         for start, end in spans:
-            out[:, :, start:end] = inner(part(x, 2, start, end), weight, bias, activation=activation)
+            rows = out[:, :, start:end]
+            with _conv_output_into(rows):
+                found = inner(part(x, 2, start, end), weight, bias, activation=activation)
+            if found.data_ptr() != rows.data_ptr():  # computed elsewhere: torch's reference conv
+                rows.copy_(found)
         return out
 
     return conv
+
+
+@contextlib.contextmanager
+def _conv_output_into(rows: torch.Tensor) -> Iterator[None]:
+    """While the block runs, causal-conv1d's forward writes its output straight into `rows` (a sequence's rows of the
+    pack's output: the same kernel on the same input, only another address, so the same bits) instead of a tensor of
+    its own that is then copied there (12 ms of device-to-device copies in an FP8 short-mix pack, H100). Swapped
+    below transformers' binding and the kernel recorder, which still see the call; a causal-conv1d without those
+    names runs as it is."""
+    try:
+        from causal_conv1d import causal_conv1d_interface as interface
+        from causal_conv1d import cpp_functions
+    except ImportError:
+        yield
+        return
+    own, op = (
+        getattr(interface, "causal_conv1d_fwd_function", None),
+        getattr(cpp_functions, "_causal_conv1d_fwd_cpp", None),
+    )
+    if own is None or op is None:
+        yield
+        return
+
+    def forward(
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Any,
+        seq_idx: Any,
+        initial_states: Any,
+        final_states_out: Any,
+        silu_activation: bool,
+    ) -> torch.Tensor:
+        if x.shape != rows.shape or x.dtype != rows.dtype or x.stride()[1:] != rows.stride()[1:]:
+            return own(x, weight, bias, seq_idx, initial_states, final_states_out, silu_activation)
+        op(
+            x=x,
+            weight=weight,
+            bias=bias,
+            seq_idx=seq_idx,
+            initial_states=initial_states,
+            out=rows,
+            final_states_out=final_states_out,
+            silu_activation=silu_activation,
+        )
+        return rows
+
+    interface.causal_conv1d_fwd_function = forward
+    try:
+        yield
+    finally:
+        interface.causal_conv1d_fwd_function = own
 
 
 def _rule(inner: Callable[..., Any], spans: Spans, part: Part) -> Callable[..., Any]:

@@ -8,6 +8,9 @@ alone at a fixed shape. Other offsets are the GPU's test (tests/gpu/test_packing
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 
@@ -183,3 +186,40 @@ def test_fla_s_rule_gets_q_k_and_v_contiguous_with_their_bits(monkeypatch: pytes
         assert torch.equal(given.contiguous().view(torch.int16), handed.view(torch.int16))
     odd = mixed[..., 1:5]  # rows a multiple of 2 bytes only: copied as bfloat16
     assert torch.equal(packing.contiguous(odd).view(torch.int16), odd.contiguous().view(torch.int16))
+
+
+def test_causal_conv1d_writes_each_sequences_conv_into_its_rows_of_the_pack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below transformers' binding, causal-conv1d's forward allocates its output and runs its op into it; during a
+    pack its output is the sequence's rows of the pack's (a stand-in for the package, whose op here doubles x)."""
+    written: list[int] = []
+
+    def op(*, x: torch.Tensor, out: torch.Tensor, **_: object) -> None:
+        written.append(out.data_ptr())
+        out.copy_(x * 2)
+
+    def own(x: torch.Tensor, *args: object) -> torch.Tensor:
+        out = torch.empty_like(x)
+        op(x=x, out=out)
+        return out
+
+    package = types.ModuleType("causal_conv1d")
+    package.causal_conv1d_interface = types.SimpleNamespace(causal_conv1d_fwd_function=own)  # type: ignore[attr-defined]
+    package.cpp_functions = types.SimpleNamespace(_causal_conv1d_fwd_cpp=op)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "causal_conv1d", package)
+    interface = package.causal_conv1d_interface  # type: ignore[attr-defined]
+
+    def bound(x: torch.Tensor, weight: torch.Tensor, bias: object = None, activation: object = None) -> torch.Tensor:
+        return interface.causal_conv1d_fwd_function(x, weight, bias, None, None, None, True)  # as the package's
+
+    (pack,) = plan_packs([100, 30], POLICY)
+    module = _RuleCalls()
+    module.causal_conv1d_fn = bound  # type: ignore[assignment]
+    x = torch.randn(1, 256, 8).transpose(1, 2)  # [B, C, T] channel-last, as the layer hands it over
+    with packing.per_sequence(module, pack, POLICY, SPECS[Backend.FLA].fast):  # type: ignore[arg-type]
+        out = module.causal_conv1d_fn(x, torch.ones(8, 4))  # type: ignore[misc]
+    starts = [segment.start for segment in pack.segments]
+    assert written == [out[:, :, start:].data_ptr() for start in starts]  # no copy of its own, no copy after
+    for segment in pack.segments:
+        rows = slice(segment.start, segment.start + segment.length)
+        assert torch.equal(out[:, :, rows], x[:, :, rows] * 2)
+    assert interface.causal_conv1d_fwd_function is own  # the package's own again after each sequence
