@@ -5,11 +5,12 @@ plus how long the host took to issue the pack against how long the GPU took to r
     python benchmarks/gpu_gaps.py --target fp8 --mix short --out benchmarks/results/gpu-gaps-fp8-h100.json
 
 A pack of the mix's median sequence count is run lean (the forward and its copies, nothing written) twice untimed,
-then timed without the profiler, four times each way interleaved: as the code runs now, and with each of its recent
-changes undone (`changes()`: the name of the record's `pack_ms_without_<change>` and `speedup_of_<change>`), medians
-(`issue_ms`: until the last result was handed out; `pack_ms`: until the GPU finished); then once under the profiler,
-whose chrome trace is read here: a kernel's gap is the time its stream sat idle before it, and the launching op is
-the innermost CPU op around the runtime call of the same correlation id.
+then timed without the profiler, four times each way interleaved (each round starting one way further on): as the code
+runs now, and with each of its recent changes undone (`changes()`, with a placebo that undoes nothing: the name of
+the record's `pack_ms_without_<change>` and `speedup_of_<change>`), medians (`issue_ms`: until the last result was
+handed out; `pack_ms`: until the GPU finished); then once under the profiler, whose chrome trace is read here: a
+kernel's gap is the time its stream sat idle before it, and the launching op is the innermost CPU op around the
+runtime call of the same correlation id.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def changes() -> dict[str, tuple[tuple[object, str, object], ...]]:
     from service.model import fp8_kernels  # Triton: imported on the device only
 
     return {
+        "nothing": (),  # a placebo: what the interleaving alone makes of the same code (the A/B's noise floor)
         "pack_rows": ((fp8_kernels, "PACK_ROWS", 1),),  # the pack quantizer one row a program
         "conv_in_place": ((packing, "_conv_output_into", lambda rows: contextlib.nullcontext()),),  # copied after
         "fused_rotary": ((fused, "_rotary", lambda kernels, eager: eager),),  # the eager function stays in place
@@ -180,8 +182,9 @@ def main() -> None:
     # side by side, interleaved: the code as it is, and with each change undone
     without = changes()
     timed: dict[str, list[tuple[float, float]]] = {way: [] for way in ("now", *without)}
-    for _ in range(4):
-        for way in timed:
+    ways = list(timed)
+    for round_ in range(4):
+        for way in ways[round_:] + ways[:round_]:
             with contextlib.ExitStack() as undone:
                 for module, name, value in without.get(way, ()):
                     undone.enter_context(patched(module, name, value))
