@@ -82,44 +82,74 @@ def lean(extractor, items, featureset) -> tuple[float, float]:
     return issued * 1000, (time.perf_counter() - t) * 1000
 
 
-def gaps(trace: dict) -> dict:
+DEVICE_KINDS = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+class Enclosing:
+    """The innermost of some host events (ops, python frames) around a runtime call of the same thread."""
+
+    def __init__(self, events: list[dict]) -> None:
+        self.by_tid: dict = defaultdict(list)
+        for e in sorted(events, key=lambda e: e["ts"]):
+            self.by_tid[e["tid"]].append(e)
+        self.starts = {tid: [e["ts"] for e in found] for tid, found in self.by_tid.items()}
+
+    def around(self, call: dict) -> dict | None:
+        found = self.by_tid.get(call["tid"], [])
+        # back from the last event started before the call: the first that encloses it is the innermost
+        for index in range(bisect.bisect_right(self.starts.get(call["tid"], []), call["ts"]) - 1, -1, -1):
+            if found[index]["ts"] + found[index]["dur"] >= call["ts"] + call["dur"]:
+                return found[index]
+        return None
+
+
+def read_trace(trace: dict) -> tuple[list[dict], dict, list[dict]]:
+    """(its complete events, runtime calls by correlation id, the busiest stream's kernels in order)."""
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    device_kinds = ("kernel", "gpu_memcpy", "gpu_memset")
-    kernels = sorted((e for e in events if e.get("cat") in device_kinds), key=lambda e: e["ts"])
     runtime = {e["args"].get("correlation"): e for e in events if e.get("cat") == "cuda_runtime"}
-    ops_by_tid: dict = defaultdict(list)
-    for e in events:
-        if e.get("cat") == "cpu_op":
-            ops_by_tid[e["tid"]].append(e)
-    starts: dict = {}
-    for tid, ops in ops_by_tid.items():
-        ops.sort(key=lambda e: e["ts"])
-        starts[tid] = [op["ts"] for op in ops]
+    streams: dict = defaultdict(list)
+    for k in sorted((e for e in events if e.get("cat") in DEVICE_KINDS), key=lambda e: e["ts"]):
+        streams[k["args"].get("stream")].append(k)
+    return events, runtime, max(streams.values(), key=len)
+
+
+def idle_gaps(compute: list[dict]) -> list[tuple[dict, float]]:
+    """(the kernel, µs its stream sat idle before it) for every gap; back to back leaves ~1-2 µs."""
+    found = ((after, after["ts"] - (before["ts"] + before["dur"])) for before, after in itertools.pairwise(compute))
+    return [(kernel, gap) for kernel, gap in found if gap > 2]
+
+
+def idle_by_project_line(trace: dict) -> dict[str, float]:
+    """Idle ms by the innermost line of this project's code on the stack of the call that launched the kernel after
+    the gap (a trace recorded `with_stack`: python frames are events enclosing what they called)."""
+    events, runtime, compute = read_trace(trace)
+    frames = Enclosing([e for e in events if e.get("cat") == "python_function" and "service/" in e["name"]])
+    idle: Counter = Counter()
+    for kernel, gap in idle_gaps(compute):
+        call = runtime.get(kernel["args"].get("correlation"))
+        frame = frames.around(call) if call is not None else None
+        idle[frame["name"].split("service/", 1)[1] if frame is not None else "?"] += gap
+    return {k: round(v / 1000, 2) for k, v in idle.most_common(25)}
+
+
+def gaps(trace: dict) -> dict:
+    events, runtime, compute = read_trace(trace)
+    ops = Enclosing([e for e in events if e.get("cat") == "cpu_op"])
 
     def launcher(kernel: dict) -> str:
         call = runtime.get(kernel["args"].get("correlation"))
         if call is None:
             return "?"
-        ops = ops_by_tid.get(call["tid"], [])
-        # back from the last op started before the call: the first that encloses it is the innermost
-        for index in range(bisect.bisect_right(starts.get(call["tid"], []), call["ts"]) - 1, -1, -1):
-            if ops[index]["ts"] + ops[index]["dur"] >= call["ts"] + call["dur"]:
-                return ops[index]["name"]
-        return call["name"]
+        op = ops.around(call)
+        return op["name"] if op is not None else call["name"]
 
-    streams: dict = defaultdict(list)
-    for k in kernels:
-        streams[k["args"].get("stream")].append(k)
-    compute = max(streams.values(), key=len)
     idle_by_op: Counter = Counter()
     count_by_op: Counter = Counter()
-    idle = 0.0
-    for before, after in itertools.pairwise(compute):
-        gap = after["ts"] - (before["ts"] + before["dur"])
-        if gap > 2:  # microseconds: a launch back to back leaves ~1-2
-            idle += gap
-            idle_by_op[launcher(after)] += gap
-            count_by_op[launcher(after)] += 1
+    found = idle_gaps(compute)
+    for kernel, gap in found:
+        idle_by_op[launcher(kernel)] += gap
+        count_by_op[launcher(kernel)] += 1
+    idle = sum(gap for _, gap in found)
     span = compute[-1]["ts"] + compute[-1]["dur"] - compute[0]["ts"]
     syncs = [e for e in events if e.get("cat") == "cuda_runtime" and any(s in e["name"] + "\0" for s in SYNCS)]
     launches = Counter(e["name"] for e in events if e.get("cat") == "cuda_runtime" and "aunch" in e["name"])
@@ -207,6 +237,14 @@ def main() -> None:
         prof.export_chrome_trace(trace.name)
         record["profiled"] = gaps(json.loads(Path(trace.name).read_text()))
     print(json.dumps(record["profiled"]), flush=True)
+    # again with python stacks (slower on the host, so only for where the gaps come from)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
+        lean(extractor, items, featureset)
+    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+        prof.export_chrome_trace(trace.name)
+        stacked = json.loads(Path(trace.name).read_text())
+    record["idle_ms_by_line_with_stacks"] = idle_by_project_line(stacked)
+    print(json.dumps(record["idle_ms_by_line_with_stacks"]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2))
 
