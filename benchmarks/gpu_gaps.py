@@ -45,6 +45,9 @@ from service.model.synthetic import build_synthetic, to_fp8
 from service.settings import Settings
 
 SYNCS = ("Synchronize", "cudaMemcpy ", "cudaMemcpy\0")  # runtime calls that block the host on the GPU
+API_CALLS = ("cuda_runtime", "cuda_driver")  # Triton launches through the driver (cuLaunchKernel), torch the runtime
+# Frames whose code is this project's or the model's: the innermost names the line a gap is charged to
+OWN_FRAMES = ("service/", "compute/", "modeling_")
 
 
 def changes() -> dict[str, tuple[tuple[object, str, object], ...]]:
@@ -106,7 +109,7 @@ class Enclosing:
 def read_trace(trace: dict) -> tuple[list[dict], dict, list[dict]]:
     """(its complete events, runtime calls by correlation id, the busiest stream's kernels in order)."""
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    runtime = {e["args"].get("correlation"): e for e in events if e.get("cat") == "cuda_runtime"}
+    runtime = {e["args"].get("correlation"): e for e in events if e.get("cat") in API_CALLS}
     streams: dict = defaultdict(list)
     for k in sorted((e for e in events if e.get("cat") in DEVICE_KINDS), key=lambda e: e["ts"]):
         streams[k["args"].get("stream")].append(k)
@@ -119,16 +122,23 @@ def idle_gaps(compute: list[dict]) -> list[tuple[dict, float]]:
     return [(kernel, gap) for kernel, gap in found if gap > 2]
 
 
+def _own(frame: str) -> str | None:
+    """A python frame's name from its project or model path on ("service/extraction/stats.py(30): layer_summary"),
+    None for frames of other code."""
+    at = min((i for i in (frame.find(marker) for marker in OWN_FRAMES) if i >= 0), default=-1)
+    return frame[at:] if at >= 0 else None
+
+
 def idle_by_project_line(trace: dict) -> dict[str, float]:
     """Idle ms by the innermost line of this project's code on the stack of the call that launched the kernel after
     the gap (a trace recorded `with_stack`: python frames are events enclosing what they called)."""
     events, runtime, compute = read_trace(trace)
-    frames = Enclosing([e for e in events if e.get("cat") == "python_function" and "service/" in e["name"]])
+    frames = Enclosing([e for e in events if e.get("cat") == "python_function" and _own(e["name"]) is not None])
     idle: Counter = Counter()
     for kernel, gap in idle_gaps(compute):
         call = runtime.get(kernel["args"].get("correlation"))
         frame = frames.around(call) if call is not None else None
-        idle[frame["name"].split("service/", 1)[1] if frame is not None else "?"] += gap
+        idle[(_own(frame["name"]) if frame is not None else None) or "?"] += gap
     return {k: round(v / 1000, 2) for k, v in idle.most_common(25)}
 
 
@@ -151,8 +161,8 @@ def gaps(trace: dict) -> dict:
         count_by_op[launcher(kernel)] += 1
     idle = sum(gap for _, gap in found)
     span = compute[-1]["ts"] + compute[-1]["dur"] - compute[0]["ts"]
-    syncs = [e for e in events if e.get("cat") == "cuda_runtime" and any(s in e["name"] + "\0" for s in SYNCS)]
-    launches = Counter(e["name"] for e in events if e.get("cat") == "cuda_runtime" and "aunch" in e["name"])
+    syncs = [e for e in events if e.get("cat") in API_CALLS and any(s in e["name"] + "\0" for s in SYNCS)]
+    launches = Counter(e["name"] for e in events if e.get("cat") in API_CALLS and "aunch" in e["name"])
     return {
         "compute_stream_kernels": len(compute),
         "compute_span_ms": span / 1000,
