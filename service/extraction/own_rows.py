@@ -152,11 +152,14 @@ def _fp8_linear(module: Fp8Linear, rows: PackRows, inputs: _QuantizedInputs) -> 
     """The block-scaled GEMM once per sequence, straight into its rows of the packed output (its padding rows, up to
     3, land in the filler before the next aligned start); the activations quantized once per input."""
 
+    def alone(part: torch.Tensor) -> torch.Tensor:
+        return Fp8Linear.forward(module, part)  # the class's: this module's own forward is this closure
+
     def forward(x: torch.Tensor) -> torch.Tensor:
         if module.gemm != "scaled-mm-blockwise" or x.dim() != 3 or x.shape[:2] != (1, rows.tokens):
-            return rows.each(module.forward, x)
+            return rows.each(alone, x)
         if not inputs.layout.fits:  # a sequence's padding rows would be the next one's (starts aligned to < 4)
-            return rows.each(module.forward, x)
+            return rows.each(alone, x)
         out = x.new_empty((rows.tokens, module.out_features))
         for (start, _), (quantized, scales) in zip(rows.spans, inputs.of(x), strict=True):
             module.scaled_mm(quantized, scales, x.dtype, out=out[start : start + quantized.shape[0]])

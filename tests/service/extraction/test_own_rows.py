@@ -9,6 +9,7 @@ An earlier release's packs, which ran the linear layers and norms over the whole
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +25,10 @@ from service.extraction.extractor import Extractor
 from service.extraction.packing import plan_packs
 from service.extraction.run_plan import RunPlan
 from service.model import fused as fused_module
+from service.model.fp8_weights import Fp8Scheme, gemm_counts, quantize_in_place
 from service.model.fused import FusedForwards
-from service.model.loader import LoadedModel
+from service.model.loader import LoadedModel, load_spec, load_weights
+from service.model.revision_cache import cached_model_revision
 from tests.service.model.test_fused import CountingReferenceKernels
 from tests.support.rerun_recorder import RerunRecorder
 
@@ -134,3 +137,23 @@ def test_a_pack_runs_exactly_the_row_dependent_ops_of_its_sequences_own_forwards
         assert extractor.graphs is None if recorder is None else extractor.graphs.replays > 0
     else:
         assert packed != alone  # what the earlier packs did: GEMMs and norms over all 256 rows
+
+
+def test_an_fp8_target_without_the_block_scaled_gemm_packs_each_sequence_with_its_own_forwards_bits(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Where cuBLAS's block-scaled GEMM does not run (this CPU; any GPU but a Hopper), an FP8 layer in a pack runs
+    the class's dequantised forward once per sequence at its own rows: each sequence's states are its own forward's."""
+    loaded = load_weights(load_spec(tiny_model_dir, cached_model_revision(tiny_model_dir, tmp_path / "r.json"), "cpu"))
+    quantize_in_place(loaded.model, Fp8Scheme())
+    assert gemm_counts(loaded.model) == {"dequantised-linear": 50}
+    extractor = Extractor(loaded, fuse=False, recorder=None)
+    policy = PackPolicy(tokens=256, align=16, own_rows=True)
+    sequences = _sequences([120, 70, 30, 9])
+    (pack,) = plan_packs([len(s.ids) for s in sequences], policy)
+    run = RunPlan.of(loaded, Backend.TORCH, None, policy, PINNED_ATTENTION, extractor._replays(policy), None)
+    with torch.inference_mode(), loaded.kernels.running(Backend.TORCH):
+        packed, *_ = extractor._forward_pack(pack, sequences, EVERY_LAYER, run)
+        for segment in pack.segments:
+            alone, _, _ = forward_alone(loaded, sequences[segment.index], EVERY_LAYER)
+            assert torch.equal(packed[0, segment.start : segment.start + segment.length], alone), segment
