@@ -4,13 +4,15 @@ plus how long the host took to issue the pack against how long the GPU took to r
 
     python benchmarks/gpu_gaps.py --target fp8 --mix short --out benchmarks/results/gpu-gaps-fp8-h100.json
 
-A pack of the mix's median sequence count is run lean (the forward and its copies, nothing written) twice untimed,
-then timed without the profiler, four times each way interleaved (each round starting one way further on): as the code
-runs now, and with each of its recent changes undone (`changes()`, with a placebo that undoes nothing: the name of
-the record's `pack_ms_without_<change>` and `speedup_of_<change>`), medians (`issue_ms`: until the last result was
-handed out; `pack_ms`: until the GPU finished); then once under the profiler, whose chrome trace is read here: a
-kernel's gap is the time its stream sat idle before it, and the launching op is the innermost CPU op around the
-runtime call of the same correlation id.
+A pack of the mix's median sequence count is run lean (the forward and its copies, nothing written) twice untimed, then
+timed without the profiler, four times each way interleaved (each round starting one way further on): as the code runs
+now, and with each of its recent changes undone (`changes()`, with a placebo that undoes nothing: the name of the
+record's `pack_ms_without_<change>` and `speedup_of_<change>`), medians (`issue_ms`: until the last result was handed
+out; `pack_ms`: until the GPU finished); then once under the profiler, whose chrome trace is read here: a kernel's gap
+is the time its stream sat idle before it, and the launching op is the innermost CPU op around the runtime or driver
+call of the same correlation id; then once more with python stacks, each gap charged to the innermost line of this
+project's code or the model's around that call (`idle_ms_by_line_with_stacks`; the stacks slow the host, so only the
+shares mean something).
 """
 
 from __future__ import annotations
