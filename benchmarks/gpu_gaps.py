@@ -159,8 +159,9 @@ def gaps(trace: dict) -> dict:
     count_by_op: Counter = Counter()
     found = idle_gaps(compute)
     for kernel, gap in found:
-        idle_by_op[launcher(kernel)] += gap
-        count_by_op[launcher(kernel)] += 1
+        name = launcher(kernel)
+        idle_by_op[name] += gap
+        count_by_op[name] += 1
     idle = sum(gap for _, gap in found)
     span = compute[-1]["ts"] + compute[-1]["dur"] - compute[0]["ts"]
     syncs = [e for e in events if e.get("cat") in API_CALLS and any(s in e["name"] + "\0" for s in SYNCS)]
@@ -243,19 +244,18 @@ def main() -> None:
 
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        lean(extractor, items, featureset)
-    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
-        prof.export_chrome_trace(trace.name)
-        record["profiled"] = gaps(json.loads(Path(trace.name).read_text()))
+    def traced(with_stack: bool) -> dict:
+        """The chrome trace of one lean pass under the profiler."""
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=with_stack) as prof:
+            lean(extractor, items, featureset)
+        with tempfile.NamedTemporaryFile(suffix=".json") as trace:
+            prof.export_chrome_trace(trace.name)
+            return json.loads(Path(trace.name).read_text())
+
+    record["profiled"] = gaps(traced(with_stack=False))
     print(json.dumps(record["profiled"]), flush=True)
     # again with python stacks (slower on the host, so only for where the gaps come from)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True) as prof:
-        lean(extractor, items, featureset)
-    with tempfile.NamedTemporaryFile(suffix=".json") as trace:
-        prof.export_chrome_trace(trace.name)
-        stacked = json.loads(Path(trace.name).read_text())
-    record["idle_ms_by_line_with_stacks"] = idle_by_project_line(stacked)
+    record["idle_ms_by_line_with_stacks"] = idle_by_project_line(traced(with_stack=True))
     print(json.dumps(record["idle_ms_by_line_with_stacks"]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2))
