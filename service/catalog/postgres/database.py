@@ -121,7 +121,9 @@ class PostgresDatabase:
         return row[0] if row else 0
 
     def ping(self) -> None:
-        with self.pool.connection() as conn:
+        # as a request's connection: after a restart, ready as soon as the server answers, not once the pool's
+        # back-off lets it reconnect (readiness said 503 for a while after the first request had succeeded)
+        with self.connection() as conn:
             conn.execute("SELECT 1").fetchone()
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """The catalog's Postgres stopped and started again under a running service (the machine's own cluster, as
 `scripts/postgres-for-tests.sh` runs it): while it is down, listings and reads answer 503 `catalog_unavailable` with
 Retry-After, and readiness 503, each within a few seconds, not the pool's 30; once it is back, the first request
-succeeds (connections left from before the restart are checked and replaced, never failed on)."""
+succeeds, a readiness probe as a read (connections left from before the restart are checked and replaced, never
+failed on)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from client import CatalogUnavailableError, FeatureClient
 from service.main import create_app
 from service.settings import Settings
 from tests.conftest import LiveServer, coding_prompts
+
+OUTAGE_S = 10
 
 
 def _cluster() -> list[str]:
@@ -51,6 +54,7 @@ def test_a_stopped_catalog_is_a_quick_503_and_a_restarted_one_answers_the_first_
         client.extract([coding_prompts()[0]])
         assert len(list(client.entries())) == 1
         _pg("stop")
+        stopped = time.monotonic()
         for path in ("/v1/entries", f"/v1/features/{'0' * 64}", "/readyz"):
             started = time.monotonic()
             answer = httpx.get(f"{url}{path}", timeout=60)
@@ -66,10 +70,13 @@ def test_a_stopped_catalog_is_a_quick_503_and_a_restarted_one_answers_the_first_
         assert scraped.status_code == 200 and time.monotonic() - started < 15
         assert "hsstore_catalog_up 0.0" in scraped.text and "hsstore_store_up 1.0" in scraped.text
         assert "hsstore_jobs{" not in scraped.text and "hsstore_window_open 1.0" in scraped.text  # no schedule: always
+        # long enough an outage that the pool, retrying 1, 2, 4, 8 s apart, waits seconds yet when the server is back
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))
         _pg("start")
-        first = httpx.get(f"{url}/v1/entries", timeout=60)  # the pool's connections all died with the server
+        # the pool's connections all died with the server, and it backs off before making new ones
+        assert httpx.get(f"{url}/readyz", timeout=60).status_code == 200
+        first = httpx.get(f"{url}/v1/entries", timeout=60)
         assert first.status_code == 200, first.text
         assert len(first.json()["entries"]) == 1
-        assert httpx.get(f"{url}/readyz", timeout=60).status_code == 200
         scraped = httpx.get(f"{url}/metrics", timeout=60).text
         assert "hsstore_catalog_up 1.0" in scraped and 'hsstore_jobs{state="queued"} 0.0' in scraped
