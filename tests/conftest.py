@@ -56,16 +56,19 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["HSSTORE_URL"] = f"http://127.0.0.1:{free_port()}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: the `ray` marks below are selected on
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """`gpu` tests need the device; everywhere else they are reported as skipped, never silently passed."""
+    """`gpu` tests need the device; everywhere else they are reported as skipped, never silently passed. A test on
+    the session's Ray cluster is marked `ray`: `make test` runs those apart, after the rest has run in parallel
+    (Ray's actors want the CPUs they are given; beside other tests a read took ten times as long)."""
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    skip = None if torch.cuda.is_available() else pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if "gpu" in item.keywords:
+        if skip is not None and "gpu" in item.keywords:
             item.add_marker(skip)
+        if "local_ray" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
 
 
 def load_model(model_dir: Path, revision: str, device: str = "cpu") -> LoadedModel:

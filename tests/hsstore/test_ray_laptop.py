@@ -34,6 +34,7 @@ def laptop_blocks() -> list[str]:
     return chosen
 
 
+@pytest.mark.ray  # a cluster of the script's own
 def test_the_laptop_recipe_runs_as_written(
     tiny_model_dir: Path, tiny_loaded: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

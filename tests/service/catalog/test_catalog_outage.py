@@ -18,6 +18,7 @@ from client import CatalogUnavailableError, FeatureClient
 from service.main import create_app
 from service.settings import Settings
 from tests.conftest import LiveServer, coding_prompts
+from tests.support.postgres_server import postgres_held, throwaway_database
 
 OUTAGE_S = 10
 
@@ -38,12 +39,13 @@ def _pg(action: str) -> None:
 
 
 @pytest.fixture
-def stoppable_postgres(postgres_url: str) -> Iterator[str]:
-    try:
-        yield postgres_url
-    finally:  # whatever happened, the rest of the suite gets its Postgres back
-        if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode != 0:
-            _pg("start")
+def stoppable_postgres(postgres_admin: str) -> Iterator[str]:
+    with postgres_held(alone=True), throwaway_database(postgres_admin) as url:  # no other test meets the outage
+        try:
+            yield url
+        finally:  # whatever happened, the rest of the suite gets its Postgres back
+            if subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", "5432"]).returncode != 0:
+                _pg("start")
 
 
 def test_a_stopped_catalog_is_a_quick_503_and_a_restarted_one_answers_the_first_request(

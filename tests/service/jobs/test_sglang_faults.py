@@ -62,8 +62,9 @@ def test_the_gpu_goes_back_as_soon_as_the_window_has_nothing_to_run(
         job = http.post("/v1/jobs", json={"samples": samples, "backends": ["torch"]}).json()
         wait_for(lambda: status(http, job["id"])["state"] == "done", timeout=120, what="job done")
         done_at = time.monotonic()
-        wait_for(lambda: "healthy" in events, timeout=10, what="SGLang resumed")
-        assert time.monotonic() - done_at < 5  # not when the 10-minute window closes
+        wait_for(lambda: "healthy" in events, timeout=60, what="SGLang resumed")
+        # not when the 10-minute window closes (seconds: 5.8 once, on a 2-core machine running other tests beside it)
+        assert time.monotonic() - done_at < 60
         window = http.get("/v1/window").json()
         assert window["open"] and window["gpu_held"] is False
     order = [e for e in events if e in ("job_done", "unload", "sglang:/resume_memory_occupation", "healthy")]
