@@ -47,13 +47,19 @@ pytest_plugins = [
 REPO = Path(__file__).resolve().parents[1]
 
 
+CHOSEN = "TESTS_CHOSE_HSSTORE"  # which of the variables below the suite chose, not its user (not HSSTORE_*: no setting)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The suite never uses the default port, 8000, which a user's own `hsstore serve` (the README's by-hand one) may
-    hold while the tests run: a `serve` started without a port, and a command given no URL, get a free one."""
-    if "HSSTORE_PORT" not in os.environ:
-        os.environ["HSSTORE_PORT"] = str(free_port())
-    if "HSSTORE_URL" not in os.environ:
-        os.environ["HSSTORE_URL"] = f"http://127.0.0.1:{free_port()}"
+    hold while the tests run: a `serve` started without a port, and a command given no URL, get a free one. Each of
+    pytest-xdist's processes chooses its own (it inherits the first process's choice, so a choice is marked)."""
+    chosen = set(filter(None, os.environ.get(CHOSEN, "").split(",")))
+    for name, value in {"HSSTORE_PORT": "{}", "HSSTORE_URL": "http://127.0.0.1:{}"}.items():
+        if name not in os.environ or name in chosen:
+            os.environ[name] = value.format(free_port())
+            chosen.add(name)
+    os.environ[CHOSEN] = ",".join(sorted(chosen))
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects: the `ray` marks below are selected on
