@@ -17,7 +17,7 @@ demo: $(VENV)/.installed
 
 # The suite in TEST_PROCESSES processes (pytest-xdist: a 2-core machine's cores, and one for the time tests wait on
 # servers and subprocesses), then the tests on a Ray cluster on their own (Ray's actors want the CPUs they are given).
-# On a 2-core machine: 17 and 4.5 minutes, against 31.5 one test after another. The slowest named, so CI's time has names.
+# On a 2-core machine: about 17 and 4 minutes, against 31.5 one after another. The slowest named, so CI's time has names.
 TEST_PROCESSES ?= 3
 
 test: $(VENV)/.installed
