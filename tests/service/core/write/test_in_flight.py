@@ -4,6 +4,7 @@ that forward's results were written), and otherwise keeps at most `limit` writes
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 
 from service.core.write.writer import InFlight
@@ -58,19 +59,25 @@ def test_drain_waits_for_every_write_and_raises_a_failed_one() -> None:
         raise AssertionError("a failed write went unnoticed")
 
 
+class _WrittenIn(Future[None]):
+    """A write that ends `seconds` after the extracting thread starts waiting on it: a wait of at least that long
+    whatever the host's load, where a timer started beside the wait could fire before the wait began."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def result(self, timeout: float | None = None) -> None:
+        time.sleep(self.seconds)  # at least this long, on the monotonic clock perf_counter reads
+
+
 def test_waits_are_counted_between_forwards_and_after_the_last() -> None:
     in_flight = InFlight(limit=1)
-    earlier = [Future() for _ in range(2)]
-    for write in earlier:
-        in_flight.add(0, write)
-    assert in_flight.waited_s["between_forwards"] < 0.05  # nothing to wait for yet
-    adding = _adding(in_flight, 1, Future())
-    threading.Event().wait(0.1)  # the extracting thread waits at least this long on forward 0's writes
-    for write in earlier:
-        write.set_result(None)
-    adding.join(5)
-    assert in_flight.waited_s["between_forwards"] >= 0.1
-    last = in_flight._writes[-1][1]
-    threading.Timer(0.1, last.set_result, (None,)).start()
-    in_flight.drain()
+    for _ in range(2):
+        in_flight.add(0, _WrittenIn(0.1))
+    assert in_flight.waited_s["between_forwards"] < 0.1  # nothing waited on: both are the newest forward's
+    in_flight.add(1, _WrittenIn(0.1))  # down to the limit: both of forward 0's writes waited on, one after the other
+    assert in_flight.waited_s["between_forwards"] >= 0.2
+    assert in_flight.waited_s["after_last"] == 0
+    in_flight.drain()  # forward 1's write
     assert in_flight.waited_s["after_last"] >= 0.1
