@@ -2,21 +2,21 @@
 chunks `bytes -> blosc -> crc32c`). zarr's generic read path moved ~0.25 GB/s here, a third of what blosc alone
 decodes; this reader reads the index once, fetches only the chunks a selection needs (concurrent `pread`s on a disk,
 ranged GETs from an object store: `ShardSource`), checks each chunk's crc32c and decodes them on a thread pool
-straight into the output array. Arrays in any other layout return None and are
-read through zarr. The files stay plain Zarr v3: any zarr reader opens them.
+straight into the output array (a read under `INLINE_BYTES` on the calling thread). Arrays in any other layout
+return None and are read through zarr. The files stay plain Zarr v3: any zarr reader opens them.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import product
 from math import ceil, prod
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,8 +24,22 @@ from schemas.chunks import ChunkDigests, as_positions, crc_ok, flat_index, touch
 from schemas.stored_chunk import StoredChunkError, chunk_bytes
 
 _EMPTY = np.uint64(2**64 - 1)
+T = TypeVar("T")
 # Shared by reads and writes: blosc and crc32c release the GIL, so chunks (de)compress in parallel.
 POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="hsstore-codec")
+
+
+# Work under this many bytes runs on the calling thread: handing it to pool threads and waiting for them costs more
+# than preading or decoding it here (a small entry's arrays, a few tokens' rows)
+INLINE_BYTES = 1 << 20
+
+
+def _each(work: Callable[..., T], nbytes: int, *items: Sequence[Any]) -> list[T]:
+    """`work` called with each item of `items` (zipped): on the pool when there are several and their `nbytes`
+    reach `INLINE_BYTES`, else here."""
+    if len(items[0]) == 1 or nbytes < INLINE_BYTES:
+        return [work(*found) for found in zip(*items, strict=True)]
+    return list(POOL.map(work, *items))
 
 
 class ChecksumError(ValueError):
@@ -147,7 +161,7 @@ class LocalArray:
     def read_many(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
         fd = os.open(self.shard(), os.O_RDONLY)
         try:
-            return list(POOL.map(lambda span: os.pread(fd, span[1], span[0]), spans))
+            return _each(lambda span: os.pread(fd, span[1], span[0]), sum(n for _, n in spans), spans)
         finally:
             os.close(fd)
 
@@ -260,5 +274,5 @@ def read_array(
         else:
             out[np.ix_(*map(as_positions, dst))] = block[np.ix_(*map(as_positions, src))]
 
-    list(POOL.map(decode, jobs, in_order))
+    _each(decode, len(jobs) * block_bytes, jobs, in_order)
     return out

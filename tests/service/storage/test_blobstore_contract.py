@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import zarr
 from schemas.codecs import BLOSC, StoreCodec
 from schemas.content_hash import content_hash
 from schemas.files import staging_path
-from service.storage import LocalZarrStore
+from service.storage import LocalZarrStore, shard_reader
 from service.storage.object_store import ObjectZarrStore
 from service.storage.testing import BlobStoreTests, tensors
 from tests.support.s3_server import Bucket
@@ -153,3 +154,30 @@ def test_zarr_python_reads_our_blobs_bit_for_bit(tmp_path: Path) -> None:
     for tensor in written:
         assert np.array_equal(group[tensor.name][...], tensor.numpy()), tensor.name
         assert np.array_equal(group[tensor.name][70:201], tensor.numpy()[70:201])
+
+
+@pytest.mark.parametrize("inline_bytes", [0, 1 << 40], ids=["pool", "here"])
+def test_chunks_are_decoded_on_the_pool_or_here_by_their_size_with_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline_bytes: int
+) -> None:
+    """A read of fewer bytes than `INLINE_BYTES` decodes its chunks on the calling thread (a pool thread's hand-off
+    costs more than a small read); a larger one on the codec pool. Both ways forced, whatever the host."""
+    store = LocalZarrStore(tmp_path / "store", chunk_tokens=64)
+    written = tensors()  # 300 tokens: 5 chunks an array
+    digest = content_hash(written)
+    store.put_if_absent(digest, written)
+    decoded_on: set[str] = set()
+    real = shard_reader.chunk_bytes
+
+    def chunk_bytes(raw: memoryview, nbytes: int, out: np.ndarray | None = None) -> np.ndarray:
+        decoded_on.add(threading.current_thread().name)
+        return real(raw, nbytes, out)
+
+    monkeypatch.setattr(shard_reader, "chunk_bytes", chunk_bytes)
+    monkeypatch.setattr(shard_reader, "INLINE_BYTES", inline_bytes)
+    read = store.get(digest)
+    assert {t.name: t.numpy().tobytes() for t in written} == {n: t.numpy().tobytes() for n, t in read.items()}
+    if inline_bytes:
+        assert decoded_on == {threading.current_thread().name}
+    else:
+        assert decoded_on and all(name.startswith("hsstore-codec") for name in decoded_on)
