@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,10 +69,18 @@ def throwaway_database(postgres_admin: str) -> Iterator[str]:
     yield postgres_admin.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(postgres_admin, autocommit=True) as conn:
         # Not WITH (FORCE): Postgres 15 refuses that to a plain role while an autovacuum worker (of no role) is in
-        # the database. Ending our own leftover sessions first, a plain DROP stops the autovacuum worker itself.
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = %s AND usename = current_user AND pid <> pg_backend_pid()",
-            [name],
-        )
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        # the database. Ending our own leftover sessions first, a plain DROP stops the autovacuum worker itself. A
+        # process the test left running can connect again between the two (its pool reconnects): end them again.
+        for attempt in itertools.count():
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND usename = current_user AND pid <> pg_backend_pid()",
+                [name],
+            )
+            try:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+                return
+            except psycopg.errors.ObjectInUse:
+                if attempt == 50:
+                    raise
+                time.sleep(0.1)
